@@ -1,0 +1,5 @@
+//! The Collector-style configuration.
+
+mod types;
+
+pub use types::*;

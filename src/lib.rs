@@ -1,0 +1,29 @@
+//! tailgate: a tail-sampling OTLP gateway.
+//!
+//! # Layout
+//!
+//! The modules follow the data flow, receivers first:
+//!
+//! - [`config`]: the Collector-style YAML, parsed and validated once at startup into the
+//!   typed sections each component receives.
+//! - [`otlp`]: the OTLP wire reader and writer. Spans travel as their encoded bytes; this
+//!   module walks requests, re-frames spans under their resource and scope, and transcodes
+//!   OTLP/JSON to protobuf at the edge.
+//! - [`receiver`]: OTLP over gRPC (`:4317`) and HTTP (`:4318`).
+//! - [`pipeline`]: the graph that joins receivers, processors and exporters, and the
+//!   payload type that flows along its edges.
+//! - [`batcher`]: the `batch` processor, size- and time-triggered.
+//! - [`exporter`]: the sending queue, retries, and the OTLP (gRPC/HTTP) and debug exporters.
+//! - [`telemetry`]: self-metrics, the health endpoint and logging.
+//! - [`error`]: pipeline errors and the one mapping to gRPC and HTTP status.
+//! - [`shutdown`]: the staged drain protocol.
+
+pub mod batcher;
+pub mod config;
+pub mod error;
+pub mod exporter;
+pub mod otlp;
+pub mod pipeline;
+pub mod receiver;
+pub mod shutdown;
+pub mod telemetry;
