@@ -1,8 +1,8 @@
 //! The validated configuration: the types the runtime uses.
 //!
 //! Everything here has been checked once at startup; components receive only their own
-//! section and never read raw YAML or the environment. Defaults are filled in by the raw
-//! layer (`raw.rs`), in exactly one place.
+//! section and never read raw YAML or the environment. Defaults live in exactly one
+//! place, `defaults.rs`, and are filled in while the YAML is typed.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,7 +19,8 @@ use std::time::Duration;
 pub struct ComponentId {
     /// The id as written, e.g. `otlp_grpc/tempo`.
     pub written: String,
-    /// The type part as written, e.g. `otlp_grpc`.
+    /// The canonical type, e.g. `otlp_grpc` for an id written `otlp/tempo` (the Collector's
+    /// current names: `otlp_grpc`, `otlp_http`; types tailgate does not know stay as written).
     pub kind: String,
     /// The name part after `/`, if any.
     pub name: Option<String>,
@@ -32,7 +33,7 @@ impl fmt::Display for ComponentId {
 }
 
 /// The whole validated configuration.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Receivers by id.
     pub receivers: BTreeMap<ComponentId, ReceiverConfig>,
@@ -47,14 +48,14 @@ pub struct Config {
 }
 
 /// A receiver's typed settings.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ReceiverConfig {
     /// `otlp`.
     Otlp(OtlpReceiverConfig),
 }
 
 /// `receivers.otlp`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct OtlpReceiverConfig {
     /// `protocols.grpc`; `None` when the protocol is not listed.
     pub grpc: Option<GrpcServerConfig>,
@@ -63,7 +64,7 @@ pub struct OtlpReceiverConfig {
 }
 
 /// `receivers.otlp.protocols.grpc`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct GrpcServerConfig {
     /// `endpoint`, `host:port` (default `0.0.0.0:4317`). Resolved when binding.
     pub endpoint: String,
@@ -72,7 +73,7 @@ pub struct GrpcServerConfig {
 }
 
 /// `receivers.otlp.protocols.http`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HttpServerConfig {
     /// `endpoint`, `host:port` (default `0.0.0.0:4318`). Resolved when binding.
     pub endpoint: String,
@@ -89,7 +90,7 @@ pub struct HttpServerConfig {
 }
 
 /// `receivers.otlp.protocols.http.cors`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CorsConfig {
     /// `allowed_origins`, each an origin or a pattern with `*` wildcards.
     pub allowed_origins: Vec<String>,
@@ -100,14 +101,14 @@ pub struct CorsConfig {
 }
 
 /// A processor's typed settings.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ProcessorConfig {
     /// `batch`.
     Batch(BatchConfig),
 }
 
 /// `processors.batch`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BatchConfig {
     /// `send_batch_size` (default 8192): span count that triggers a send.
     pub send_batch_size: NonZeroUsize,
@@ -122,7 +123,7 @@ pub struct BatchConfig {
 }
 
 /// An exporter's typed settings.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ExporterConfig {
     /// `otlp` / `otlp_grpc`.
     OtlpGrpc(OtlpExporterConfig),
@@ -133,7 +134,7 @@ pub enum ExporterConfig {
 }
 
 /// `exporters.otlp` and `exporters.otlphttp`: one shape, two transports.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct OtlpExporterConfig {
     /// `endpoint`. gRPC: `host:port` or a URL (`http://` means plaintext, `https://` TLS).
     /// HTTP: the base URL; `/v1/traces` is appended unless `traces_endpoint` is set.
@@ -155,7 +156,7 @@ pub struct OtlpExporterConfig {
 }
 
 /// `tls` of a client.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TlsClientConfig {
     /// `insecure`: plaintext (gRPC). Default false, as in the Collector.
     pub insecure: bool,
@@ -183,7 +184,7 @@ pub enum Compression {
 }
 
 /// `sending_queue`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct QueueConfig {
     /// `enabled` (default true). When false, the caller waits for each export.
     pub enabled: bool,
@@ -194,7 +195,7 @@ pub struct QueueConfig {
 }
 
 /// `retry_on_failure`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RetryConfig {
     /// `enabled` (default true).
     pub enabled: bool,
@@ -211,7 +212,7 @@ pub struct RetryConfig {
 }
 
 /// `exporters.debug`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DebugExporterConfig {
     /// `verbosity` (default basic).
     pub verbosity: Verbosity,
@@ -229,14 +230,14 @@ pub enum Verbosity {
 }
 
 /// An extension's typed settings.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ExtensionConfig {
     /// `health_check`.
     HealthCheck(HealthCheckConfig),
 }
 
 /// `extensions.health_check`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HealthCheckConfig {
     /// `endpoint` (default `0.0.0.0:13133`).
     pub endpoint: String,
@@ -271,7 +272,7 @@ impl fmt::Display for PipelineId {
 }
 
 /// `service.pipelines.<id>`: every id refers to a defined component.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PipelineConfig {
     /// `receivers`, in order.
     pub receivers: Vec<ComponentId>,
@@ -282,7 +283,7 @@ pub struct PipelineConfig {
 }
 
 /// `service`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ServiceConfig {
     /// `extensions` to start; each is defined under `extensions`.
     pub extensions: Vec<ComponentId>,
@@ -296,7 +297,7 @@ pub struct ServiceConfig {
 }
 
 /// `service.telemetry`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TelemetryConfig {
     /// `metrics.address` (default `0.0.0.0:8888`): where `/metrics` is served.
     /// `None` when `metrics.level: none`.

@@ -1,0 +1,783 @@
+//! Typing each component section: `receivers`, `processors`, `exporters`, `connectors`,
+//! `extensions`. Keys, defaults and limits follow the Collector; see [`super::defaults`].
+
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::defaults;
+use super::endpoint;
+use super::error::{Problems, join};
+use super::fields::{Fields, NOT_YET};
+use super::ids::{self, Declared, Section};
+use super::value::Value;
+use super::{
+    BatchConfig, ComponentId, Compression, CorsConfig, DebugExporterConfig, ExporterConfig,
+    ExtensionConfig, GrpcServerConfig, HealthCheckConfig, HttpServerConfig, OtlpExporterConfig,
+    OtlpReceiverConfig, ProcessorConfig, QueueConfig, ReceiverConfig, RetryConfig, TlsClientConfig,
+    Verbosity,
+};
+
+const MIB: u64 = 1024 * 1024;
+
+/// The components of one section, typed, and every id declared in it (including ids whose
+/// settings had problems, so that references to them are not reported a second time).
+pub(crate) struct Typed<T> {
+    pub(crate) components: BTreeMap<ComponentId, T>,
+    pub(crate) declared: Declared,
+}
+
+/// Reads one section, typing with `read` each component of a type tailgate implements.
+/// `read` gets the component's path and value (`None` for `debug:` with no value).
+pub(crate) fn section<T>(
+    problems: &mut Problems,
+    root: &Fields<'_>,
+    section: Section,
+    read: fn(&mut Problems, &ComponentId, &str, Option<&Value>) -> T,
+) -> Typed<T> {
+    let mut typed = Typed {
+        components: BTreeMap::new(),
+        declared: Declared::default(),
+    };
+    let path = section.key();
+    let map = match root.value(path) {
+        None => return typed,
+        Some(Value::Map(map)) => map,
+        Some(other) => {
+            problems.add(
+                path,
+                format!(
+                    "expected a mapping of {} ids to their settings, found {}",
+                    section.singular(),
+                    other.describe()
+                ),
+            );
+            return typed;
+        }
+    };
+    for (written, value) in map {
+        let id_path = join(path, written);
+        let id = match ids::component_id(section, written) {
+            Ok(id) => id,
+            Err(message) => {
+                problems.add(id_path, message);
+                continue;
+            }
+        };
+        let written_kind = written.split('/').next().unwrap_or(written);
+        if let Some(existing) = typed.declared.insert(id.clone()) {
+            let existing_kind = existing.written.split('/').next().unwrap_or_default();
+            problems.add(
+                id_path,
+                format!(
+                    "{written:?} names the same {} as {:?} ({existing_kind} and {written_kind} are one type): keep one",
+                    section.singular(),
+                    existing.written,
+                ),
+            );
+            continue;
+        }
+        if ids::canonical(section, written_kind).is_some() {
+            let settings = read(problems, &id, &id_path, Some(value));
+            typed.components.insert(id, settings);
+        } else if section.reserved().contains(&written_kind) || section == Section::Connectors {
+            problems.add(
+                id_path,
+                format!(
+                    "{} type {written_kind:?} is not supported yet by this version of tailgate; remove it",
+                    section.singular()
+                ),
+            );
+        } else {
+            let known: Vec<&str> = section.types().iter().map(|(name, _)| *name).collect();
+            problems.add(
+                id_path,
+                format!(
+                    "unknown {} type {written_kind:?} (known: {})",
+                    section.singular(),
+                    known.join(", ")
+                ),
+            );
+        }
+    }
+    typed
+}
+
+// === receivers ===
+
+/// `receivers.otlp`.
+pub(crate) fn receiver(
+    problems: &mut Problems,
+    _id: &ComponentId,
+    path: &str,
+    value: Option<&Value>,
+) -> ReceiverConfig {
+    let otlp = Fields::open(problems, path, value, &["protocols"], &[]);
+    let protocols = otlp.child(problems, "protocols", &["grpc", "http"], &[]);
+    if !protocols.has("grpc")
+        && !protocols.has("http")
+        && !otlp.wrong_type()
+        && !protocols.wrong_type()
+    {
+        problems.add(
+            protocols.path(),
+            "must enable at least one protocol: add `grpc:` and/or `http:` (with no value for the defaults)",
+        );
+    }
+    let grpc = protocols
+        .has("grpc")
+        .then(|| grpc_server(problems, &protocols));
+    let http = protocols
+        .has("http")
+        .then(|| http_server(problems, &protocols));
+    ReceiverConfig::Otlp(OtlpReceiverConfig { grpc, http })
+}
+
+/// `protocols.grpc`.
+///
+/// `transport` (only `tcp`), `read_buffer_size`, `write_buffer_size` and `include_metadata`
+/// are checked and otherwise have no effect: tonic sizes its own buffers, and no tailgate
+/// component reads client metadata yet.
+fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerConfig {
+    let grpc = protocols.child(
+        problems,
+        "grpc",
+        &[
+            "endpoint",
+            "transport",
+            "max_recv_msg_size_mib",
+            "read_buffer_size",
+            "write_buffer_size",
+            "include_metadata",
+        ],
+        &[
+            ("tls", NOT_YET),
+            ("auth", NOT_YET),
+            ("keepalive", NOT_YET),
+            ("max_concurrent_streams", NOT_YET),
+            ("middlewares", NOT_YET),
+        ],
+    );
+    let endpoint =
+        listen_endpoint(problems, &grpc, "endpoint").unwrap_or_else(defaults::grpc_endpoint);
+    if let Some(transport) = grpc.string(problems, "transport")
+        && transport != "tcp"
+    {
+        problems.add(
+            grpc.key_path("transport"),
+            format!("unsupported transport {transport:?}: only \"tcp\" is supported"),
+        );
+    }
+    // 0 means grpc-go's default, as in the Collector.
+    let mib = match grpc.uint(problems, "max_recv_msg_size_mib") {
+        None | Some(0) => defaults::GRPC_MAX_RECV_MSG_SIZE_MIB as u64,
+        Some(mib) => mib,
+    };
+    let max_recv_msg_size = bytes(problems, &grpc.key_path("max_recv_msg_size_mib"), mib, MIB);
+    grpc.uint(problems, "read_buffer_size");
+    grpc.uint(problems, "write_buffer_size");
+    grpc.boolean(problems, "include_metadata");
+    GrpcServerConfig {
+        endpoint,
+        max_recv_msg_size: max_recv_msg_size
+            .unwrap_or(defaults::GRPC_MAX_RECV_MSG_SIZE_MIB * MIB as usize),
+    }
+}
+
+/// `protocols.http`. `include_metadata` is checked and has no effect (see [`grpc_server`]).
+fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerConfig {
+    let http = protocols.child(
+        problems,
+        "http",
+        &[
+            "endpoint",
+            "traces_url_path",
+            "metrics_url_path",
+            "logs_url_path",
+            "max_request_body_size",
+            "cors",
+            "include_metadata",
+        ],
+        &[
+            ("tls", NOT_YET),
+            ("auth", NOT_YET),
+            ("compression_algorithms", NOT_YET),
+            ("response_headers", NOT_YET),
+            ("middlewares", NOT_YET),
+            ("read_timeout", NOT_YET),
+            ("read_header_timeout", NOT_YET),
+            ("write_timeout", NOT_YET),
+            ("idle_timeout", NOT_YET),
+        ],
+    );
+    let endpoint =
+        listen_endpoint(problems, &http, "endpoint").unwrap_or_else(defaults::http_endpoint);
+    let traces_url_path =
+        url_path(problems, &http, "traces_url_path").unwrap_or_else(defaults::traces_url_path);
+    let metrics_url_path =
+        url_path(problems, &http, "metrics_url_path").unwrap_or_else(defaults::metrics_url_path);
+    let logs_url_path =
+        url_path(problems, &http, "logs_url_path").unwrap_or_else(defaults::logs_url_path);
+    // 0 means the default, as in confighttp.
+    let max_request_body_size = match http.uint(problems, "max_request_body_size") {
+        None | Some(0) => defaults::HTTP_MAX_REQUEST_BODY_SIZE,
+        Some(size) => bytes(problems, &http.key_path("max_request_body_size"), size, 1)
+            .unwrap_or(defaults::HTTP_MAX_REQUEST_BODY_SIZE),
+    };
+    let cors = http.value("cors").map(|_| {
+        let cors = http.child(
+            problems,
+            "cors",
+            &["allowed_origins", "allowed_headers", "max_age"],
+            &[],
+        );
+        CorsConfig {
+            allowed_origins: cors
+                .strings(problems, "allowed_origins")
+                .unwrap_or_default(),
+            allowed_headers: cors
+                .strings(problems, "allowed_headers")
+                .unwrap_or_default(),
+            // 0 sends no header, as in the Collector.
+            max_age: cors.uint(problems, "max_age").filter(|&age| age > 0),
+        }
+    });
+    http.boolean(problems, "include_metadata");
+    HttpServerConfig {
+        endpoint,
+        traces_url_path,
+        metrics_url_path,
+        logs_url_path,
+        max_request_body_size,
+        cors,
+    }
+}
+
+/// A URL path; a missing leading `/` is added, as the Collector does.
+fn url_path(problems: &mut Problems, fields: &Fields<'_>, key: &str) -> Option<String> {
+    let path = fields.string(problems, key)?;
+    if path.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') {
+        problems.add(
+            fields.key_path(key),
+            format!("invalid URL path {path:?}: it must not contain spaces, '?' or '#'"),
+        );
+        return None;
+    }
+    Some(if path.starts_with('/') {
+        path
+    } else {
+        format!("/{path}")
+    })
+}
+
+// === processors ===
+
+/// `processors.batch`.
+pub(crate) fn processor(
+    problems: &mut Problems,
+    _id: &ComponentId,
+    path: &str,
+    value: Option<&Value>,
+) -> ProcessorConfig {
+    let batch = Fields::open(
+        problems,
+        path,
+        value,
+        &[
+            "send_batch_size",
+            "send_batch_max_size",
+            "timeout",
+            "send_batch_max_size_bytes",
+        ],
+        &[
+            ("metadata_keys", NOT_YET),
+            ("metadata_cardinality_limit", NOT_YET),
+        ],
+    );
+    let default_size =
+        NonZeroUsize::new(defaults::BATCH_SEND_BATCH_SIZE).unwrap_or(NonZeroUsize::MIN);
+    let send_batch_size = match batch.uint(problems, "send_batch_size") {
+        None => default_size,
+        Some(size) => match positive(size) {
+            Some(size) => size,
+            None => {
+                problems.add(batch.key_path("send_batch_size"), "must be at least 1");
+                default_size
+            }
+        },
+    };
+    let send_batch_max_size = batch
+        .uint(problems, "send_batch_max_size")
+        .and_then(positive);
+    if let Some(max) = send_batch_max_size
+        && max < send_batch_size
+    {
+        problems.add(
+            batch.key_path("send_batch_max_size"),
+            format!(
+                "must be 0 (no limit) or at least send_batch_size ({send_batch_size}), found {max}"
+            ),
+        );
+    }
+    let default_bytes =
+        NonZeroUsize::new(defaults::BATCH_SEND_BATCH_MAX_BYTES).unwrap_or(NonZeroUsize::MIN);
+    let send_batch_max_bytes = match batch.uint(problems, "send_batch_max_size_bytes") {
+        None => default_bytes,
+        Some(size) => match positive(size) {
+            Some(size) if size.get() >= defaults::BATCH_SEND_BATCH_MAX_BYTES_MIN => size,
+            _ => {
+                problems.add(
+                    batch.key_path("send_batch_max_size_bytes"),
+                    format!(
+                        "must be at least {} bytes, found {size}",
+                        defaults::BATCH_SEND_BATCH_MAX_BYTES_MIN
+                    ),
+                );
+                default_bytes
+            }
+        },
+    };
+    let timeout = batch
+        .duration(problems, "timeout")
+        .unwrap_or(defaults::BATCH_TIMEOUT);
+    ProcessorConfig::Batch(BatchConfig {
+        send_batch_size,
+        send_batch_max_size,
+        send_batch_max_bytes,
+        timeout,
+    })
+}
+
+// === exporters ===
+
+/// `exporters.otlp`, `exporters.otlphttp` (and their new names) and `exporters.debug`.
+pub(crate) fn exporter(
+    problems: &mut Problems,
+    id: &ComponentId,
+    path: &str,
+    value: Option<&Value>,
+) -> ExporterConfig {
+    match id.kind.as_str() {
+        "otlp_http" => ExporterConfig::OtlpHttp(otlp_exporter(problems, path, value, true)),
+        "debug" => ExporterConfig::Debug(debug_exporter(problems, path, value)),
+        _ => ExporterConfig::OtlpGrpc(otlp_exporter(problems, path, value, false)),
+    }
+}
+
+fn otlp_exporter(
+    problems: &mut Problems,
+    path: &str,
+    value: Option<&Value>,
+    http: bool,
+) -> OtlpExporterConfig {
+    const COMMON: &[&str] = &[
+        "endpoint",
+        "tls",
+        "headers",
+        "compression",
+        "timeout",
+        "sending_queue",
+        "retry_on_failure",
+    ];
+    const HTTP: &[&str] = &[
+        "endpoint",
+        "traces_endpoint",
+        "tls",
+        "headers",
+        "compression",
+        "timeout",
+        "sending_queue",
+        "retry_on_failure",
+    ];
+    const GRPC_ONLY_HTTP_KEY: &str =
+        "only the otlphttp exporter has traces_endpoint: for otlp, set endpoint";
+    let mut unsupported = vec![
+        ("auth", NOT_YET),
+        ("read_buffer_size", NOT_YET),
+        ("write_buffer_size", NOT_YET),
+    ];
+    if http {
+        unsupported.extend([
+            ("metrics_endpoint", NOT_YET),
+            ("logs_endpoint", NOT_YET),
+            ("encoding", NOT_YET),
+            ("proxy_url", NOT_YET),
+            ("max_idle_conns", NOT_YET),
+            ("idle_conn_timeout", NOT_YET),
+        ]);
+    } else {
+        unsupported.extend([
+            ("traces_endpoint", GRPC_ONLY_HTTP_KEY),
+            ("keepalive", NOT_YET),
+            ("balancer_name", NOT_YET),
+            ("authority", NOT_YET),
+            ("wait_for_ready", NOT_YET),
+        ]);
+    }
+    let exporter = Fields::open(
+        problems,
+        path,
+        value,
+        if http { HTTP } else { COMMON },
+        &unsupported,
+    );
+
+    let endpoint = exporter.string(problems, "endpoint");
+    // `None` with a value written: the wrong type, already reported.
+    let wrong_type =
+        exporter.wrong_type() || (endpoint.is_none() && exporter.value("endpoint").is_some());
+    let endpoint = endpoint.unwrap_or_default();
+    let endpoint_path = exporter.key_path("endpoint");
+    if endpoint.is_empty() && !wrong_type {
+        let example = if http {
+            "http://tempo-distributor.monitoring:4318"
+        } else {
+            "tempo-distributor.monitoring:4317"
+        };
+        problems.add(
+            endpoint_path,
+            format!("must not be empty: set where to send, e.g. {example}"),
+        );
+    } else if !endpoint.is_empty() {
+        let checked = if http {
+            endpoint::check_url(&endpoint)
+        } else {
+            endpoint::check_grpc_target(&endpoint)
+        };
+        if let Err(message) = checked {
+            problems.add(endpoint_path, message);
+        }
+    }
+    let traces_endpoint = if http {
+        exporter
+            .string(problems, "traces_endpoint")
+            .filter(|url| match endpoint::check_url(url) {
+                Ok(()) => true,
+                Err(message) => {
+                    problems.add(exporter.key_path("traces_endpoint"), message);
+                    false
+                }
+            })
+    } else {
+        None
+    };
+
+    OtlpExporterConfig {
+        endpoint,
+        traces_endpoint,
+        tls: tls_client(problems, &exporter),
+        headers: exporter.string_map(problems, "headers").unwrap_or_default(),
+        compression: compression(problems, &exporter),
+        timeout: positive_duration(problems, &exporter, "timeout")
+            .unwrap_or(defaults::EXPORTER_TIMEOUT),
+        sending_queue: sending_queue(problems, &exporter),
+        retry_on_failure: retry(problems, &exporter),
+    }
+}
+
+/// `tls`. An empty file name is the same as none, so `${env:CA_FILE}` may be left unset.
+fn tls_client(problems: &mut Problems, exporter: &Fields<'_>) -> TlsClientConfig {
+    let tls = exporter.child(
+        problems,
+        "tls",
+        &[
+            "insecure",
+            "insecure_skip_verify",
+            "ca_file",
+            "cert_file",
+            "key_file",
+            "server_name_override",
+        ],
+        &[
+            ("ca_pem", NOT_YET),
+            ("cert_pem", NOT_YET),
+            ("key_pem", NOT_YET),
+            ("min_version", NOT_YET),
+            ("max_version", NOT_YET),
+            ("cipher_suites", NOT_YET),
+            ("reload_interval", NOT_YET),
+            ("include_system_ca_certs_pool", NOT_YET),
+        ],
+    );
+    let mut file = |key: &str| {
+        tls.string(problems, key)
+            .filter(|name| !name.is_empty())
+            .map(PathBuf::from)
+    };
+    let ca_file = file("ca_file");
+    let cert_file = file("cert_file");
+    let key_file = file("key_file");
+    match (&cert_file, &key_file) {
+        (Some(_), None) => problems.add(
+            tls.key_path("key_file"),
+            "must be set when cert_file is set: a client certificate needs its key",
+        ),
+        (None, Some(_)) => problems.add(
+            tls.key_path("cert_file"),
+            "must be set when key_file is set: a client key needs its certificate",
+        ),
+        _ => {}
+    }
+    TlsClientConfig {
+        insecure: tls.boolean(problems, "insecure").unwrap_or(false),
+        insecure_skip_verify: tls
+            .boolean(problems, "insecure_skip_verify")
+            .unwrap_or(false),
+        ca_file,
+        cert_file,
+        key_file,
+        server_name_override: tls
+            .string(problems, "server_name_override")
+            .filter(|name| !name.is_empty()),
+    }
+}
+
+/// `compression`: `gzip`, `zstd`, or `none`/empty.
+fn compression(problems: &mut Problems, exporter: &Fields<'_>) -> Compression {
+    let Some(text) = exporter.string(problems, "compression") else {
+        return defaults::EXPORTER_COMPRESSION;
+    };
+    match text.to_ascii_lowercase().as_str() {
+        "gzip" => Compression::Gzip,
+        "zstd" => Compression::Zstd,
+        "" | "none" => Compression::None,
+        _ => {
+            problems.add(
+                exporter.key_path("compression"),
+                format!("unsupported compression {text:?} (supported: gzip, zstd, none)"),
+            );
+            defaults::EXPORTER_COMPRESSION
+        }
+    }
+}
+
+/// `sending_queue`.
+fn sending_queue(problems: &mut Problems, exporter: &Fields<'_>) -> QueueConfig {
+    let queue = exporter.child(
+        problems,
+        "sending_queue",
+        &["enabled", "queue_size", "num_consumers"],
+        &[
+            (
+                "storage",
+                "persistent queues are not supported yet by this version of tailgate; remove it",
+            ),
+            ("sizer", NOT_YET),
+            ("block_on_overflow", NOT_YET),
+            ("wait_for_result", NOT_YET),
+            ("batch", NOT_YET),
+        ],
+    );
+    QueueConfig {
+        enabled: queue
+            .boolean(problems, "enabled")
+            .unwrap_or(defaults::QUEUE_ENABLED),
+        queue_size: at_least_one(problems, &queue, "queue_size", defaults::QUEUE_SIZE),
+        num_consumers: at_least_one(
+            problems,
+            &queue,
+            "num_consumers",
+            defaults::QUEUE_NUM_CONSUMERS,
+        ),
+    }
+}
+
+/// `retry_on_failure`. As in the Collector, the ranges are checked only when enabled.
+fn retry(problems: &mut Problems, exporter: &Fields<'_>) -> RetryConfig {
+    let retry = exporter.child(
+        problems,
+        "retry_on_failure",
+        &[
+            "enabled",
+            "initial_interval",
+            "max_interval",
+            "max_elapsed_time",
+            "multiplier",
+            "randomization_factor",
+        ],
+        &[],
+    );
+    let config = RetryConfig {
+        enabled: retry
+            .boolean(problems, "enabled")
+            .unwrap_or(defaults::RETRY_ENABLED),
+        initial_interval: retry
+            .duration(problems, "initial_interval")
+            .unwrap_or(defaults::RETRY_INITIAL_INTERVAL),
+        max_interval: retry
+            .duration(problems, "max_interval")
+            .unwrap_or(defaults::RETRY_MAX_INTERVAL),
+        max_elapsed_time: match retry.duration(problems, "max_elapsed_time") {
+            None => Some(defaults::RETRY_MAX_ELAPSED_TIME),
+            Some(Duration::ZERO) => None,
+            Some(limit) => Some(limit),
+        },
+        multiplier: retry
+            .float(problems, "multiplier")
+            .unwrap_or(defaults::RETRY_MULTIPLIER),
+        randomization_factor: retry
+            .float(problems, "randomization_factor")
+            .unwrap_or(defaults::RETRY_RANDOMIZATION_FACTOR),
+    };
+    if config.enabled {
+        if config.initial_interval.is_zero() {
+            problems.add(retry.key_path("initial_interval"), "must be greater than 0");
+        }
+        if config.max_interval < config.initial_interval {
+            problems.add(
+                retry.key_path("max_interval"),
+                format!(
+                    "must not be less than initial_interval ({})",
+                    super::duration::format(config.initial_interval)
+                ),
+            );
+        }
+        if !(config.multiplier > 1.0 && config.multiplier.is_finite()) {
+            problems.add(
+                retry.key_path("multiplier"),
+                format!("must be greater than 1, found {}", config.multiplier),
+            );
+        }
+        if !(0.0..=1.0).contains(&config.randomization_factor) {
+            problems.add(
+                retry.key_path("randomization_factor"),
+                format!(
+                    "must be between 0 and 1, found {}",
+                    config.randomization_factor
+                ),
+            );
+        }
+    }
+    config
+}
+
+/// `exporters.debug`. `sampling_initial` and `sampling_thereafter` are checked and have no
+/// effect: tailgate's debug exporter prints every batch.
+fn debug_exporter(
+    problems: &mut Problems,
+    path: &str,
+    value: Option<&Value>,
+) -> DebugExporterConfig {
+    let debug = Fields::open(
+        problems,
+        path,
+        value,
+        &["verbosity", "sampling_initial", "sampling_thereafter"],
+        &[("use_internal_logger", NOT_YET)],
+    );
+    let verbosity = debug
+        .choice(
+            problems,
+            "verbosity",
+            &[
+                ("basic", Verbosity::Basic),
+                ("normal", Verbosity::Normal),
+                ("detailed", Verbosity::Detailed),
+            ],
+        )
+        .unwrap_or(defaults::DEBUG_VERBOSITY);
+    debug.uint(problems, "sampling_initial");
+    debug.uint(problems, "sampling_thereafter");
+    DebugExporterConfig { verbosity }
+}
+
+// === extensions ===
+
+/// `extensions.health_check`.
+pub(crate) fn extension(
+    problems: &mut Problems,
+    _id: &ComponentId,
+    path: &str,
+    value: Option<&Value>,
+) -> ExtensionConfig {
+    let health = Fields::open(
+        problems,
+        path,
+        value,
+        &["endpoint", "path"],
+        &[
+            ("tls", NOT_YET),
+            ("auth", NOT_YET),
+            ("response_body", NOT_YET),
+            ("check_collector_pipeline", NOT_YET),
+        ],
+    );
+    let endpoint = listen_endpoint(problems, &health, "endpoint")
+        .unwrap_or_else(defaults::health_check_endpoint);
+    let path = match health.string(problems, "path") {
+        Some(path) if path.starts_with('/') && !path.contains(char::is_whitespace) => path,
+        Some(path) => {
+            problems.add(
+                health.key_path("path"),
+                format!("invalid path {path:?}: it must start with '/' and contain no spaces"),
+            );
+            defaults::health_check_path()
+        }
+        None => defaults::health_check_path(),
+    };
+    ExtensionConfig::HealthCheck(HealthCheckConfig { endpoint, path })
+}
+
+// === shared ===
+
+/// A listening `host:port`.
+pub(crate) fn listen_endpoint(
+    problems: &mut Problems,
+    fields: &Fields<'_>,
+    key: &str,
+) -> Option<String> {
+    let endpoint = fields.string(problems, key)?;
+    match endpoint::check_listen(&endpoint) {
+        Ok(()) => Some(endpoint),
+        Err(message) => {
+            problems.add(fields.key_path(key), message);
+            None
+        }
+    }
+}
+
+/// A duration that must not be zero.
+pub(crate) fn positive_duration(
+    problems: &mut Problems,
+    fields: &Fields<'_>,
+    key: &str,
+) -> Option<Duration> {
+    let duration = fields.duration(problems, key)?;
+    if duration.is_zero() {
+        problems.add(fields.key_path(key), "must be greater than 0");
+        return None;
+    }
+    Some(duration)
+}
+
+fn at_least_one(
+    problems: &mut Problems,
+    fields: &Fields<'_>,
+    key: &str,
+    default: usize,
+) -> NonZeroUsize {
+    let fallback = NonZeroUsize::new(default).unwrap_or(NonZeroUsize::MIN);
+    match fields.uint(problems, key) {
+        None => fallback,
+        Some(n) => positive(n).unwrap_or_else(|| {
+            problems.add(fields.key_path(key), "must be at least 1");
+            fallback
+        }),
+    }
+}
+
+fn positive(n: u64) -> Option<NonZeroUsize> {
+    usize::try_from(n).ok().and_then(NonZeroUsize::new)
+}
+
+/// `count * unit` bytes, or a problem when it does not fit in memory sizes.
+fn bytes(problems: &mut Problems, path: &str, count: u64, unit: u64) -> Option<usize> {
+    let total = count
+        .checked_mul(unit)
+        .and_then(|total| usize::try_from(total).ok());
+    if total.is_none() {
+        problems.add(path, format!("{count} is too large"));
+    }
+    total
+}

@@ -1,0 +1,124 @@
+//! Every default of the configuration, in one place.
+//!
+//! The values follow the Collector's factories (`receiver/otlpreceiver/factory.go`,
+//! `processor/batchprocessor/factory.go`, `exporter/exporterhelper`, `config/configretry`)
+//! except where noted: tailgate binds `0.0.0.0` rather than `localhost` because it runs in a
+//! pod, where a loopback listener is unreachable from other pods.
+
+use std::time::Duration;
+
+const MIB: usize = 1024 * 1024;
+
+/// `receivers.otlp.protocols.grpc.endpoint`. The Collector defaults to `localhost:4317`.
+pub(crate) fn grpc_endpoint() -> String {
+    "0.0.0.0:4317".to_owned()
+}
+
+/// `receivers.otlp.protocols.grpc.max_recv_msg_size_mib`, in MiB (grpc-go's default).
+pub(crate) const GRPC_MAX_RECV_MSG_SIZE_MIB: usize = 4;
+
+/// `receivers.otlp.protocols.http.endpoint`. The Collector defaults to `localhost:4318`.
+pub(crate) fn http_endpoint() -> String {
+    "0.0.0.0:4318".to_owned()
+}
+
+/// `receivers.otlp.protocols.http.traces_url_path`.
+pub(crate) fn traces_url_path() -> String {
+    "/v1/traces".to_owned()
+}
+
+/// `receivers.otlp.protocols.http.metrics_url_path`.
+pub(crate) fn metrics_url_path() -> String {
+    "/v1/metrics".to_owned()
+}
+
+/// `receivers.otlp.protocols.http.logs_url_path`.
+pub(crate) fn logs_url_path() -> String {
+    "/v1/logs".to_owned()
+}
+
+/// `receivers.otlp.protocols.http.max_request_body_size`, in bytes (confighttp's 20 MiB).
+pub(crate) const HTTP_MAX_REQUEST_BODY_SIZE: usize = 20 * MIB;
+
+/// `processors.batch.send_batch_size`, in spans.
+pub(crate) const BATCH_SEND_BATCH_SIZE: usize = 8192;
+
+/// `processors.batch.timeout`.
+pub(crate) const BATCH_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// `processors.batch.send_batch_max_size_bytes` (tailgate's): Tempo's default gRPC message
+/// cap (4 MiB) minus 64 KiB of headroom for the request framing around the spans.
+pub(crate) const BATCH_SEND_BATCH_MAX_BYTES: usize = 4 * MIB - 64 * 1024;
+
+/// The smallest `processors.batch.send_batch_max_size_bytes` accepted: below this a batch
+/// could not hold one ordinary span.
+pub(crate) const BATCH_SEND_BATCH_MAX_BYTES_MIN: usize = 1024;
+
+/// `exporters.<otlp>.compression`.
+pub(crate) const EXPORTER_COMPRESSION: crate::config::Compression =
+    crate::config::Compression::Gzip;
+
+/// `exporters.<otlp>.timeout`, per attempt.
+pub(crate) const EXPORTER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `exporters.<otlp>.sending_queue.enabled`.
+pub(crate) const QUEUE_ENABLED: bool = true;
+
+/// `exporters.<otlp>.sending_queue.queue_size`, in batches.
+pub(crate) const QUEUE_SIZE: usize = 1000;
+
+/// `exporters.<otlp>.sending_queue.num_consumers`.
+pub(crate) const QUEUE_NUM_CONSUMERS: usize = 10;
+
+/// `exporters.<otlp>.retry_on_failure.enabled`.
+pub(crate) const RETRY_ENABLED: bool = true;
+
+/// `exporters.<otlp>.retry_on_failure.initial_interval`.
+pub(crate) const RETRY_INITIAL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// `exporters.<otlp>.retry_on_failure.max_interval`.
+pub(crate) const RETRY_MAX_INTERVAL: Duration = Duration::from_secs(30);
+
+/// `exporters.<otlp>.retry_on_failure.max_elapsed_time` (0 in the config means forever).
+pub(crate) const RETRY_MAX_ELAPSED_TIME: Duration = Duration::from_secs(300);
+
+/// `exporters.<otlp>.retry_on_failure.multiplier`.
+pub(crate) const RETRY_MULTIPLIER: f64 = 1.5;
+
+/// `exporters.<otlp>.retry_on_failure.randomization_factor`.
+pub(crate) const RETRY_RANDOMIZATION_FACTOR: f64 = 0.5;
+
+/// `exporters.debug.verbosity`.
+pub(crate) const DEBUG_VERBOSITY: crate::config::Verbosity = crate::config::Verbosity::Basic;
+
+/// `extensions.health_check.endpoint`. The Collector defaults to `localhost:13133`.
+pub(crate) fn health_check_endpoint() -> String {
+    "0.0.0.0:13133".to_owned()
+}
+
+/// `extensions.health_check.path`.
+pub(crate) fn health_check_path() -> String {
+    "/".to_owned()
+}
+
+/// `service.telemetry.metrics.address`. The Collector defaults to `localhost:8888`.
+pub(crate) fn metrics_address() -> String {
+    "0.0.0.0:8888".to_owned()
+}
+
+/// `service.telemetry.metrics.readers[0].pull.exporter.prometheus.host` when omitted.
+pub(crate) fn prometheus_host() -> String {
+    "0.0.0.0".to_owned()
+}
+
+/// `service.telemetry.metrics.readers[0].pull.exporter.prometheus.port` when omitted.
+pub(crate) const PROMETHEUS_PORT: u16 = 8888;
+
+/// `service.telemetry.logs.level`.
+pub(crate) const LOG_LEVEL: crate::config::LogLevel = crate::config::LogLevel::Info;
+
+/// `service.telemetry.logs.encoding`.
+pub(crate) const LOG_ENCODING: crate::config::LogEncoding = crate::config::LogEncoding::Console;
+
+/// `service.shutdown_timeout` (tailgate's): the SIGTERM drain budget.
+pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);

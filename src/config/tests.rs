@@ -1,0 +1,1494 @@
+// Tests unwrap freely: a panic is the failure report (C15).
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+
+/// The Collector-style gateway config from the brief, as users write it.
+const COLLECTOR_CONFIG: &str = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 0.0.0.0:4317
+      http:
+        endpoint: 0.0.0.0:4318
+processors:
+  batch:
+    send_batch_size: 1024
+    timeout: 1s
+exporters:
+  otlp/tempo:
+    endpoint: tempo-distributor.monitoring:4317
+    tls:
+      insecure: true
+  otlphttp/backup:
+    endpoint: http://tempo.monitoring:4318
+    compression: zstd
+    sending_queue:
+      queue_size: 500
+    retry_on_failure:
+      max_elapsed_time: 0s
+  debug:
+    verbosity: detailed
+extensions:
+  health_check: {}
+service:
+  extensions: [health_check]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [otlp/tempo, otlphttp/backup]
+    traces/debug:
+      receivers: [otlp]
+      exporters: [debug]
+  telemetry:
+    logs:
+      level: info
+    metrics:
+      address: 0.0.0.0:8888
+";
+
+/// The smallest valid config; tests add the section they exercise.
+const MINIMAL: &str = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+exporters:
+  debug:
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [debug]
+";
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn load_one(yaml: &str) -> Config {
+    match load_str_with_env(&[yaml], &no_env) {
+        Ok(config) => config,
+        Err(error) => panic!("config should load, got:\n{error}"),
+    }
+}
+
+/// `MINIMAL` merged with `overlay`, which must load.
+fn load_over(overlay: &str) -> Config {
+    match load_str_with_env(&[MINIMAL, overlay], &no_env) {
+        Ok(config) => config,
+        Err(error) => panic!("config should load, got:\n{error}"),
+    }
+}
+
+fn load_with(docs: &[&str], vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let vars: BTreeMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    load_str_with_env(docs, &move |name| vars.get(name).cloned())
+}
+
+/// The Display lines of the error from loading `docs` (merged in order).
+fn problems_of(docs: &[&str]) -> Vec<String> {
+    match load_str_with_env(docs, &no_env) {
+        Ok(config) => panic!("config should be refused, got {config:#?}"),
+        Err(error) => error.to_string().lines().map(str::to_owned).collect(),
+    }
+}
+
+/// The problems of `MINIMAL` merged with `overlay`.
+fn problems_with(overlay: &str) -> Vec<String> {
+    problems_of(&[MINIMAL, overlay])
+}
+
+/// The id of a receiver, processor or extension (no aliases).
+fn id(written: &str) -> ComponentId {
+    let (kind, name) = match written.split_once('/') {
+        Some((kind, name)) => (kind, Some(name.to_owned())),
+        None => (written, None),
+    };
+    ComponentId {
+        written: written.to_owned(),
+        kind: kind.to_owned(),
+        name,
+    }
+}
+
+/// The id of an exporter, with its canonical type.
+fn xid(written: &str) -> ComponentId {
+    let (kind, name) = match written.split_once('/') {
+        Some((kind, name)) => (kind, Some(name.to_owned())),
+        None => (written, None),
+    };
+    let kind = match kind {
+        "otlp" => "otlp_grpc",
+        "otlphttp" => "otlp_http",
+        other => other,
+    };
+    ComponentId {
+        written: written.to_owned(),
+        kind: kind.to_owned(),
+        name,
+    }
+}
+
+fn nz(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).unwrap()
+}
+
+fn otlp_exporter(config: &Config, written: &str) -> OtlpExporterConfig {
+    match &config.exporters[&xid(written)] {
+        ExporterConfig::OtlpGrpc(otlp) | ExporterConfig::OtlpHttp(otlp) => otlp.clone(),
+        other => panic!("{written} is not an OTLP exporter: {other:?}"),
+    }
+}
+
+fn otlp_receiver(config: &Config) -> OtlpReceiverConfig {
+    let ReceiverConfig::Otlp(otlp) = &config.receivers[&id("otlp")];
+    otlp.clone()
+}
+
+fn batch(config: &Config) -> BatchConfig {
+    let ProcessorConfig::Batch(batch) = &config.processors[&id("batch")];
+    batch.clone()
+}
+
+// === defaults ===
+
+/// Scenario: the built-in config is loaded, as when no `--config` is given.
+/// Guarantees: it has grpc and http on 0.0.0.0 with the Collector's other defaults, batch
+/// with 8192 / 0 / 200ms / 4 MiB - 64 KiB, a basic debug exporter, the health check on
+/// 0.0.0.0:13133 at `/`, one traces pipeline otlp -> batch -> debug, and the service
+/// defaults (metrics on 0.0.0.0:8888, info console logs, 30s shutdown).
+#[test]
+fn default_config_has_every_default() {
+    let config = load_one(DEFAULT_CONFIG);
+    assert_eq!(
+        config,
+        load(&[]).unwrap(),
+        "load(&[]) is the default config"
+    );
+
+    let otlp = otlp_receiver(&config);
+    assert_eq!(
+        otlp.grpc,
+        Some(GrpcServerConfig {
+            endpoint: "0.0.0.0:4317".into(),
+            max_recv_msg_size: 4 * 1024 * 1024,
+        })
+    );
+    assert_eq!(
+        otlp.http,
+        Some(HttpServerConfig {
+            endpoint: "0.0.0.0:4318".into(),
+            traces_url_path: "/v1/traces".into(),
+            metrics_url_path: "/v1/metrics".into(),
+            logs_url_path: "/v1/logs".into(),
+            max_request_body_size: 20 * 1024 * 1024,
+            cors: None,
+        })
+    );
+    assert_eq!(
+        batch(&config),
+        BatchConfig {
+            send_batch_size: nz(8192),
+            send_batch_max_size: None,
+            send_batch_max_bytes: nz(4 * 1024 * 1024 - 64 * 1024),
+            timeout: Duration::from_millis(200),
+        }
+    );
+    assert_eq!(
+        config.exporters[&xid("debug")],
+        ExporterConfig::Debug(DebugExporterConfig {
+            verbosity: Verbosity::Basic
+        })
+    );
+    assert_eq!(
+        config.extensions[&id("health_check")],
+        ExtensionConfig::HealthCheck(HealthCheckConfig {
+            endpoint: "0.0.0.0:13133".into(),
+            path: "/".into(),
+        })
+    );
+    assert_eq!(config.service.extensions, vec![id("health_check")]);
+    let traces = PipelineId {
+        signal: Signal::Traces,
+        written: "traces".into(),
+    };
+    assert_eq!(
+        config.service.pipelines[&traces],
+        PipelineConfig {
+            receivers: vec![id("otlp")],
+            processors: vec![id("batch")],
+            exporters: vec![xid("debug")],
+        }
+    );
+    assert_eq!(config.service.pipelines.len(), 1);
+    assert_eq!(
+        config.service.telemetry,
+        TelemetryConfig {
+            metrics_address: Some("0.0.0.0:8888".into()),
+            log_level: LogLevel::Info,
+            log_encoding: LogEncoding::Console,
+        }
+    );
+    assert_eq!(config.service.shutdown_timeout, Duration::from_secs(30));
+}
+
+/// Scenario: an OTLP exporter with only an endpoint.
+/// Guarantees: the exporterhelper defaults apply: gzip, 5s timeout, queue enabled with
+/// 1000 slots and 10 consumers, retry enabled 5s -> 30s, 300s cap, x1.5, jitter 0.5, TLS
+/// on (insecure false), no headers.
+#[test]
+fn otlp_exporter_defaults() {
+    let config = load_over(
+        "
+exporters:
+  otlp:
+    endpoint: tempo:4317
+",
+    );
+    assert_eq!(
+        otlp_exporter(&config, "otlp"),
+        OtlpExporterConfig {
+            endpoint: "tempo:4317".into(),
+            traces_endpoint: None,
+            tls: TlsClientConfig::default(),
+            headers: BTreeMap::new(),
+            compression: Compression::Gzip,
+            timeout: Duration::from_secs(5),
+            sending_queue: QueueConfig {
+                enabled: true,
+                queue_size: nz(1000),
+                num_consumers: nz(10),
+            },
+            retry_on_failure: RetryConfig {
+                enabled: true,
+                initial_interval: Duration::from_secs(5),
+                max_interval: Duration::from_secs(30),
+                max_elapsed_time: Some(Duration::from_secs(300)),
+                multiplier: 1.5,
+                randomization_factor: 0.5,
+            },
+        }
+    );
+}
+
+/// Scenario: the gateway config a Collector user runs today is loaded as is.
+/// Guarantees: it loads without change and every value written in it arrives typed.
+#[test]
+fn collector_config_loads_unchanged() {
+    let config = load_one(COLLECTOR_CONFIG);
+    let otlp = otlp_receiver(&config);
+    assert_eq!(otlp.grpc.unwrap().endpoint, "0.0.0.0:4317");
+    assert_eq!(otlp.http.unwrap().endpoint, "0.0.0.0:4318");
+    let batch = batch(&config);
+    assert_eq!(batch.send_batch_size, nz(1024));
+    assert_eq!(batch.timeout, Duration::from_secs(1));
+
+    let tempo = otlp_exporter(&config, "otlp/tempo");
+    assert!(matches!(
+        config.exporters[&xid("otlp/tempo")],
+        ExporterConfig::OtlpGrpc(_)
+    ));
+    assert_eq!(tempo.endpoint, "tempo-distributor.monitoring:4317");
+    assert!(tempo.tls.insecure);
+
+    let backup = otlp_exporter(&config, "otlphttp/backup");
+    assert!(matches!(
+        config.exporters[&xid("otlphttp/backup")],
+        ExporterConfig::OtlpHttp(_)
+    ));
+    assert_eq!(backup.endpoint, "http://tempo.monitoring:4318");
+    assert_eq!(backup.compression, Compression::Zstd);
+    assert_eq!(backup.sending_queue.queue_size, nz(500));
+    assert_eq!(backup.retry_on_failure.max_elapsed_time, None);
+    assert_eq!(
+        config.exporters[&xid("debug")],
+        ExporterConfig::Debug(DebugExporterConfig {
+            verbosity: Verbosity::Detailed
+        })
+    );
+
+    let pipelines: Vec<(&str, &PipelineConfig)> = config
+        .service
+        .pipelines
+        .iter()
+        .map(|(id, p)| (id.written.as_str(), p))
+        .collect();
+    assert_eq!(pipelines.len(), 2);
+    assert_eq!(pipelines[0].0, "traces");
+    assert_eq!(
+        pipelines[0].1.exporters,
+        vec![xid("otlp/tempo"), xid("otlphttp/backup")]
+    );
+    assert_eq!(pipelines[1].0, "traces/debug");
+    assert!(pipelines[1].1.processors.is_empty());
+    assert_eq!(config.service.extensions, vec![id("health_check")]);
+    assert_eq!(
+        config.service.telemetry.metrics_address.as_deref(),
+        Some("0.0.0.0:8888")
+    );
+    assert_eq!(config.service.telemetry.log_level, LogLevel::Info);
+}
+
+// === aliases and ids ===
+
+/// Scenario: exporters written with the Collector's old and new type names, and a
+/// pipeline that names one with the other spelling.
+/// Guarantees: `otlp` and `otlp_grpc` are the gRPC exporter, `otlphttp` and `otlp_http`
+/// the HTTP one, with the canonical kind and the written id kept; a reference in either
+/// spelling resolves to the id as defined.
+#[test]
+fn exporter_type_aliases() {
+    let config = load_one(
+        "
+receivers:
+  otlp:
+    protocols:
+      http:
+exporters:
+  otlp/a:
+    endpoint: a:4317
+  otlp_grpc/b:
+    endpoint: b:4317
+  otlphttp/c:
+    endpoint: http://c:4318
+  otlp_http/d:
+    endpoint: https://d
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [otlp_grpc/a, otlp/b, otlp_http/c, otlphttp/d]
+",
+    );
+    let kinds: Vec<(&str, &str, bool)> = config
+        .exporters
+        .iter()
+        .map(|(id, exporter)| {
+            (
+                id.written.as_str(),
+                id.kind.as_str(),
+                matches!(exporter, ExporterConfig::OtlpGrpc(_)),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("otlp/a", "otlp_grpc", true),
+            ("otlp_grpc/b", "otlp_grpc", true),
+            ("otlp_http/d", "otlp_http", false),
+            ("otlphttp/c", "otlp_http", false),
+        ]
+    );
+    let traces = config.service.pipelines.values().next().unwrap();
+    let written: Vec<&str> = traces
+        .exporters
+        .iter()
+        .map(|id| id.written.as_str())
+        .collect();
+    assert_eq!(
+        written,
+        ["otlp/a", "otlp_grpc/b", "otlphttp/c", "otlp_http/d"]
+    );
+    for id in &traces.exporters {
+        assert!(config.exporters.contains_key(id));
+    }
+}
+
+/// Scenario: one exporter defined under both spellings of its type, and ids with an
+/// empty name or type, and a name holding `/`.
+/// Guarantees: the double definition and the bad ids are errors at the id's path; the
+/// first `/` splits type and name, so `otlp/tempo/eu` is type otlp, name `tempo/eu`.
+#[test]
+fn component_id_rules() {
+    assert_eq!(
+        problems_with(
+            "
+exporters:
+  otlp/tempo:
+    endpoint: a:1
+  otlp_grpc/tempo:
+    endpoint: b:1
+  otlp/:
+    endpoint: c:1
+  /x:
+    endpoint: d:1
+"
+        ),
+        [
+            "exporters./x: invalid component id \"/x\": the type must start with a letter and hold only letters, digits and '_'",
+            "exporters.otlp/: invalid component id \"otlp/\": the name after \"/\" must not be empty; write \"otlp\" or \"otlp/<name>\"",
+            "exporters.otlp_grpc/tempo: \"otlp_grpc/tempo\" names the same exporter as \"otlp/tempo\" (otlp and otlp_grpc are one type): keep one",
+        ]
+    );
+    let config = load_over(
+        "
+exporters:
+  otlp/tempo/eu:
+    endpoint: a:1
+",
+    );
+    let key = config
+        .exporters
+        .keys()
+        .find(|id| id.kind == "otlp_grpc")
+        .unwrap();
+    assert_eq!(key.name.as_deref(), Some("tempo/eu"));
+    assert_eq!(key.to_string(), "otlp/tempo/eu");
+}
+
+/// Scenario: component types tailgate does not know, types it will support later, and
+/// connectors.
+/// Guarantees: an unknown type names the id, the section and the known types; reserved
+/// processors and any connector say "not supported yet"; a pipeline reference to such a
+/// component is not reported a second time.
+#[test]
+fn unknown_and_unsupported_types() {
+    assert_eq!(
+        problems_with(
+            "
+receivers:
+  jaeger:
+processors:
+  tail_sampling:
+    decision_wait: 30s
+  memory_limiter:
+  filter/x:
+exporters:
+  kafka/out:
+connectors:
+  spanmetrics:
+extensions:
+  healthcheck:
+service:
+  pipelines:
+    traces:
+      processors: [memory_limiter, tail_sampling]
+"
+        ),
+        [
+            "receivers.jaeger: unknown receiver type \"jaeger\" (known: otlp)",
+            "processors.filter/x: unknown processor type \"filter\" (known: batch)",
+            "processors.memory_limiter: processor type \"memory_limiter\" is not supported yet by this version of tailgate; remove it",
+            "processors.tail_sampling: processor type \"tail_sampling\" is not supported yet by this version of tailgate; remove it",
+            "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug)",
+            "connectors.spanmetrics: connector type \"spanmetrics\" is not supported yet by this version of tailgate; remove it",
+            "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check)",
+        ]
+    );
+}
+
+// === merging ===
+
+/// Scenario: two files, the second overriding a scalar deep inside, adding a key, and
+/// giving a new list.
+/// Guarantees: mappings merge deeply, the later scalar wins, keys of the first file that
+/// the second does not mention stay, and lists are replaced whole, not appended.
+#[test]
+fn later_files_merge_over_earlier_ones() {
+    let base = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 0.0.0.0:4317
+        max_recv_msg_size_mib: 16
+exporters:
+  otlp/tempo:
+    endpoint: tempo:4317
+    headers:
+      x-scope-orgid: tenant-a
+    retry_on_failure:
+      max_interval: 1m
+  debug:
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [otlp/tempo, debug]
+";
+    let overlay = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:5317
+exporters:
+  otlp/tempo:
+    headers:
+      authorization: Bearer x
+    retry_on_failure:
+      max_interval: 2m
+service:
+  pipelines:
+    traces:
+      exporters: [otlp/tempo]
+";
+    let config = load_with(&[base, overlay], &[]).unwrap();
+    let grpc = otlp_receiver(&config).grpc.unwrap();
+    assert_eq!(grpc.endpoint, "127.0.0.1:5317");
+    assert_eq!(grpc.max_recv_msg_size, 16 * 1024 * 1024);
+    let tempo = otlp_exporter(&config, "otlp/tempo");
+    assert_eq!(tempo.endpoint, "tempo:4317");
+    assert_eq!(
+        tempo.headers,
+        BTreeMap::from([
+            ("authorization".to_owned(), "Bearer x".to_owned()),
+            ("x-scope-orgid".to_owned(), "tenant-a".to_owned()),
+        ])
+    );
+    assert_eq!(
+        tempo.retry_on_failure.max_interval,
+        Duration::from_secs(120)
+    );
+    let traces = config.service.pipelines.values().next().unwrap();
+    assert_eq!(traces.exporters, vec![xid("otlp/tempo")]);
+}
+
+/// Scenario: a later file writes `grpc:` with no value over an earlier file's settings.
+/// Guarantees: the earlier settings stay (no value means "enabled with defaults", which
+/// adds nothing), and an empty document changes nothing.
+#[test]
+fn later_null_keeps_earlier_mapping() {
+    let base = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 0.0.0.0:9999
+exporters:
+  debug:
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [debug]
+";
+    let overlay = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+";
+    let config = load_with(&[base, overlay, ""], &[]).unwrap();
+    assert_eq!(
+        otlp_receiver(&config).grpc.unwrap().endpoint,
+        "0.0.0.0:9999"
+    );
+}
+
+/// Scenario: two files on disk, and one that does not exist, and one with a YAML syntax
+/// error.
+/// Guarantees: `load` merges files in order; a missing file and a syntax error are
+/// reported with the file name, the syntax error also with line and column.
+#[test]
+fn load_reads_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| -> PathBuf {
+        let path = dir.path().join(name);
+        let mut file = std::fs::File::create(&path).unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        path
+    };
+    let base = write("base.yaml", MINIMAL);
+    let overlay = write("overlay.yaml", "processors:\n  batch:\n    timeout: 1s\n");
+    let config = load(&[base.clone(), overlay]).unwrap();
+    assert!(config.processors.contains_key(&id("batch")));
+
+    let missing = dir.path().join("missing.yaml");
+    let error = load(&[base.clone(), missing.clone()]).unwrap_err();
+    assert_eq!(error.problems().len(), 1);
+    assert_eq!(error.problems()[0].path, missing.display().to_string());
+    assert!(
+        error.problems()[0]
+            .message
+            .starts_with("cannot read the config file: "),
+        "{error}"
+    );
+
+    let broken = write("broken.yaml", "receivers:\n  otlp: [1\n");
+    let error = load(&[base, broken.clone()]).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}: invalid YAML: unclosed bracket '[' at line 2, column 9",
+            broken.display()
+        )
+    );
+}
+
+/// Scenario: YAML that is valid but not a config: a duplicate key, a list at the top.
+/// Guarantees: each is reported against its document with the position or the reason.
+#[test]
+fn yaml_shape_errors() {
+    assert_eq!(
+        problems_of(&["a: 1\na: 2\n", "- 1\n"]),
+        [
+            "<config 1>: invalid YAML: duplicate mapping key: a at line 2, column 1",
+            "<config 2>: the top level must be a mapping (receivers:, exporters:, service: ...), found a list",
+        ]
+    );
+}
+
+// === environment variables ===
+
+/// Scenario: `${env:NAME}`, `${NAME}`, defaults, an unset variable, `$$`, and a reference
+/// that fills a whole integer value, all from an injected environment.
+/// Guarantees: values are substituted as the Collector does; an unset variable without a
+/// default is empty; a set-but-empty variable ignores the default; `$$` is a literal `$`;
+/// a whole reference fills an integer key, and a string key keeps its text exactly
+/// (`007` stays `007`); substituted text is not expanded again.
+#[test]
+fn env_substitution() {
+    let yaml = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: ${env:TG_TEST_HOST}:${TG_TEST_PORT}
+        max_recv_msg_size_mib: ${env:TG_TEST_MIB}
+exporters:
+  otlp:
+    endpoint: ${env:TG_TEST_UNSET_ENDPOINT:-tempo:4317}
+    headers:
+      a: ${env:TG_TEST_UNSET}
+      b: ${env:TG_TEST_EMPTY:-fallback}
+      c: price is $$5 and ${TG_TEST_DOLLAR}
+      d: ${env:TG_TEST_ZEROS}
+      e: $HOME stays
+    sending_queue:
+      enabled: ${env:TG_TEST_BOOL}
+    timeout: ${env:TG_TEST_TIMEOUT}
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [otlp]
+";
+    let config = load_with(
+        &[yaml],
+        &[
+            ("TG_TEST_HOST", "127.0.0.1"),
+            ("TG_TEST_PORT", "4317"),
+            ("TG_TEST_MIB", "8"),
+            ("TG_TEST_EMPTY", ""),
+            ("TG_TEST_DOLLAR", "${env:TG_TEST_HOST}"),
+            ("TG_TEST_ZEROS", "007"),
+            ("TG_TEST_BOOL", "false"),
+            ("TG_TEST_TIMEOUT", "1m30s"),
+        ],
+    )
+    .unwrap();
+    let grpc = otlp_receiver(&config).grpc.unwrap();
+    assert_eq!(grpc.endpoint, "127.0.0.1:4317");
+    assert_eq!(grpc.max_recv_msg_size, 8 * 1024 * 1024);
+    let otlp = otlp_exporter(&config, "otlp");
+    assert_eq!(otlp.endpoint, "tempo:4317");
+    assert_eq!(otlp.headers["a"], "");
+    assert_eq!(otlp.headers["b"], "");
+    assert_eq!(otlp.headers["c"], "price is $5 and ${env:TG_TEST_HOST}");
+    assert_eq!(otlp.headers["d"], "007");
+    assert_eq!(otlp.headers["e"], "$HOME stays");
+    assert!(!otlp.sending_queue.enabled);
+    assert_eq!(otlp.timeout, Duration::from_secs(90));
+}
+
+/// Scenario: references the gateway cannot expand, and an unset variable in a required
+/// key and in an integer key.
+/// Guarantees: other config sources, bad names and unterminated references are errors at
+/// the value's path; an unset variable is empty, and the key that needed a value says so.
+#[test]
+fn env_substitution_errors() {
+    assert_eq!(
+        problems_with(
+            "
+exporters:
+  otlp:
+    endpoint: ${env:TG_TEST_UNSET}
+    headers:
+      a: ${file:/etc/token}
+      b: ${env:1BAD}
+      c: ${env:TG_TEST_OPEN
+    sending_queue:
+      queue_size: ${TG_TEST_UNSET}
+"
+        ),
+        [
+            "exporters.otlp.headers.a: unsupported config source \"file\" in \"${file:/etc/token}\": tailgate expands only environment variables, ${env:NAME}",
+            "exporters.otlp.headers.b: invalid environment variable name \"1BAD\" in \"${env:1BAD}\": use letters, digits and '_', not starting with a digit",
+            "exporters.otlp.headers.c: unterminated reference in \"${env:TG_TEST_OPEN\": add the closing \"}\", or write \"$$\" for a literal \"$\"",
+        ]
+    );
+    assert_eq!(
+        problems_with(
+            "
+exporters:
+  otlp:
+    endpoint: ${env:TG_TEST_UNSET}
+    sending_queue:
+      queue_size: ${TG_TEST_UNSET}
+"
+        ),
+        [
+            "exporters.otlp.endpoint: must not be empty: set where to send, e.g. tempo-distributor.monitoring:4317",
+            "exporters.otlp.sending_queue.queue_size: expected a non-negative integer, found an empty string (an unset environment variable becomes an empty string)",
+        ]
+    );
+}
+
+// === errors, one kind at a time ===
+
+/// Scenario: misspelled and unknown keys at several depths, and Collector keys tailgate
+/// does not implement yet.
+/// Guarantees: each is reported with its full path; unknown keys list the known ones;
+/// known-but-unsupported keys say so instead.
+#[test]
+fn unknown_and_unsupported_keys() {
+    assert_eq!(
+        problems_with(
+            "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpont: 0.0.0.0:4317
+        keepalive: {}
+processors:
+  batch:
+    metadata_keys: [tenant]
+exporters:
+  otlp:
+    endpoint: tempo:4317
+    traces_endpoint: http://x
+    sending_queue:
+      storage: file_storage
+    tls:
+      ca_pem: xyz
+service:
+  telemetry:
+    logs:
+      output_paths: [stdout]
+extra: 1
+"
+        ),
+        [
+            "extra: unknown key (known: receivers, processors, exporters, connectors, extensions, service)",
+            "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, read_buffer_size, write_buffer_size, include_metadata)",
+            "receivers.otlp.protocols.grpc.keepalive: not supported yet by this version of tailgate; remove it",
+            "processors.batch.metadata_keys: not supported yet by this version of tailgate; remove it",
+            "exporters.otlp.traces_endpoint: only the otlphttp exporter has traces_endpoint: for otlp, set endpoint",
+            "exporters.otlp.tls.ca_pem: not supported yet by this version of tailgate; remove it",
+            "exporters.otlp.sending_queue.storage: persistent queues are not supported yet by this version of tailgate; remove it",
+            "service.telemetry.logs.output_paths: not supported yet by this version of tailgate; remove it",
+        ]
+    );
+}
+
+/// Scenario: the OTLP receiver with bad endpoints, sizes, paths and transport, and with no
+/// protocol.
+/// Guarantees: each problem is reported at its key; `:4317` and `[::1]:4317` are valid;
+/// a URL path without a leading `/` gets one, as in the Collector.
+#[test]
+fn receiver_errors() {
+    assert_eq!(
+        problems_of(&[
+            MINIMAL,
+            "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 0.0.0.0:70000
+        transport: unix
+        max_recv_msg_size_mib: -1
+      http:
+        endpoint: ::1:4318
+        traces_url_path: /v1/tra ces
+        max_request_body_size: lots
+        cors:
+          allowed_origins: http://a
+  otlp/empty:
+    protocols: {}
+  otlp/list: []
+"
+        ]),
+        [
+            "receivers.otlp.protocols.grpc.endpoint: invalid port \"70000\" in \"0.0.0.0:70000\": expected a number from 0 to 65535",
+            "receivers.otlp.protocols.grpc.transport: unsupported transport \"unix\": only \"tcp\" is supported",
+            "receivers.otlp.protocols.grpc.max_recv_msg_size_mib: must not be negative",
+            "receivers.otlp.protocols.http.endpoint: host \"::1\" looks like an IPv6 address: put it in brackets, e.g. \"[::1]:4317\"",
+            "receivers.otlp.protocols.http.traces_url_path: invalid URL path \"/v1/tra ces\": it must not contain spaces, '?' or '#'",
+            "receivers.otlp.protocols.http.max_request_body_size: expected a non-negative integer, found the string \"lots\"",
+            "receivers.otlp.protocols.http.cors.allowed_origins: expected a list, found the string \"http://a\"",
+            "receivers.otlp/empty.protocols: must enable at least one protocol: add `grpc:` and/or `http:` (with no value for the defaults)",
+            "receivers.otlp/list: expected a mapping, found a list",
+        ]
+    );
+    let config = load_over(
+        "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: :4317
+        max_recv_msg_size_mib: 0
+      http:
+        endpoint: '[::1]:4318'
+        traces_url_path: traces
+        max_request_body_size: 1048576
+        cors:
+          allowed_origins: [https://*.example.com]
+          max_age: 600
+",
+    );
+    let otlp = otlp_receiver(&config);
+    let grpc = otlp.grpc.unwrap();
+    assert_eq!(grpc.endpoint, ":4317");
+    assert_eq!(
+        grpc.max_recv_msg_size,
+        4 * 1024 * 1024,
+        "0 means the default"
+    );
+    let http = otlp.http.unwrap();
+    assert_eq!(http.endpoint, "[::1]:4318");
+    assert_eq!(http.traces_url_path, "/traces");
+    assert_eq!(http.max_request_body_size, 1024 * 1024);
+    assert_eq!(
+        http.cors,
+        Some(CorsConfig {
+            allowed_origins: vec!["https://*.example.com".into()],
+            allowed_headers: vec![],
+            max_age: Some(600),
+        })
+    );
+}
+
+/// Scenario: batch settings out of range.
+/// Guarantees: send_batch_size 0, a max below the size, a byte cap below 1 KiB and a
+/// bare-number timeout are each reported; a max of 0 means no limit.
+#[test]
+fn batch_errors() {
+    assert_eq!(
+        problems_with(
+            "
+processors:
+  batch:
+    send_batch_size: 100
+    send_batch_max_size: 50
+    send_batch_max_size_bytes: 1000
+    timeout: 5
+  batch/zero:
+    send_batch_size: 0
+"
+        ),
+        [
+            "processors.batch.send_batch_max_size: must be 0 (no limit) or at least send_batch_size (100), found 50",
+            "processors.batch.send_batch_max_size_bytes: must be at least 1024 bytes, found 1000",
+            "processors.batch.timeout: a duration needs a unit: write e.g. \"5s\" or \"5ms\"",
+            "processors.batch/zero.send_batch_size: must be at least 1",
+        ]
+    );
+    let config = load_over(
+        "
+processors:
+  batch:
+    send_batch_max_size: 0
+    send_batch_max_size_bytes: 1024
+    timeout: 0
+",
+    );
+    let batch = batch(&config);
+    assert_eq!(batch.send_batch_max_size, None);
+    assert_eq!(batch.send_batch_max_bytes, nz(1024));
+    assert_eq!(batch.timeout, Duration::ZERO);
+}
+
+/// Scenario: OTLP exporters with every kind of bad setting.
+/// Guarantees: an empty endpoint, a gRPC endpoint without port, an HTTP endpoint that is
+/// not a URL, an unsupported compression, a lone client certificate, a zero queue, bad
+/// retry ranges and a zero timeout are each reported at their key.
+#[test]
+fn exporter_errors() {
+    assert_eq!(
+        problems_with(
+            "
+exporters:
+  otlp/tempo:
+    endpoint: ''
+  otlp/noport:
+    endpoint: tempo
+    compression: snappy
+    timeout: 0s
+    tls:
+      cert_file: /tls/client.crt
+  otlphttp:
+    endpoint: tempo:4318
+    traces_endpoint: ftp://tempo/v1/traces
+    sending_queue:
+      queue_size: 0
+      num_consumers: 0
+    retry_on_failure:
+      initial_interval: 10s
+      max_interval: 5s
+      multiplier: 1
+      randomization_factor: 1.5
+      max_elapsed_time: 5 minutes
+"
+        ),
+        [
+            "exporters.otlp/noport.endpoint: \"tempo\" has no port: write host:port (e.g. tempo-distributor.monitoring:4317) or an http(s):// URL",
+            "exporters.otlp/noport.tls.key_file: must be set when cert_file is set: a client certificate needs its key",
+            "exporters.otlp/noport.compression: unsupported compression \"snappy\" (supported: gzip, zstd, none)",
+            "exporters.otlp/noport.timeout: must be greater than 0",
+            "exporters.otlp/tempo.endpoint: must not be empty: set where to send, e.g. tempo-distributor.monitoring:4317",
+            "exporters.otlphttp.endpoint: \"tempo:4318\" is not a URL: write it with its scheme, e.g. \"http://tempo:4318\"",
+            "exporters.otlphttp.traces_endpoint: unsupported URL scheme \"ftp\" in \"ftp://tempo/v1/traces\": use http:// or https://",
+            "exporters.otlphttp.sending_queue.queue_size: must be at least 1",
+            "exporters.otlphttp.sending_queue.num_consumers: must be at least 1",
+            "exporters.otlphttp.retry_on_failure.max_elapsed_time: unknown unit \" minutes\" in duration \"5 minutes\" (units: ns, us, ms, s, m, h)",
+            "exporters.otlphttp.retry_on_failure.max_interval: must not be less than initial_interval (10s)",
+            "exporters.otlphttp.retry_on_failure.multiplier: must be greater than 1, found 1",
+            "exporters.otlphttp.retry_on_failure.randomization_factor: must be between 0 and 1, found 1.5",
+        ]
+    );
+}
+
+/// Scenario: exporters with every optional setting written.
+/// Guarantees: TLS files, headers, `none` compression, queue and retry values and the
+/// HTTP traces_endpoint arrive as written; a disabled retry skips the range checks, as in
+/// the Collector; a gRPC endpoint may be a URL.
+#[test]
+fn exporter_settings() {
+    let config = load_over(
+        "
+exporters:
+  otlp:
+    endpoint: https://tempo.example.com:443
+    compression: none
+    timeout: 2s
+    tls:
+      insecure_skip_verify: true
+      ca_file: /tls/ca.pem
+      cert_file: /tls/client.crt
+      key_file: /tls/client.key
+      server_name_override: tempo.internal
+    headers:
+      x-scope-orgid: tenant-a
+      x-number: 12345
+    sending_queue:
+      enabled: false
+      queue_size: 5
+      num_consumers: 2
+    retry_on_failure:
+      enabled: false
+      multiplier: 0.5
+  otlphttp:
+    endpoint: https://tempo.example.com
+    traces_endpoint: https://tempo.example.com/otlp/v1/traces
+    compression: ''
+",
+    );
+    let otlp = otlp_exporter(&config, "otlp");
+    assert_eq!(otlp.endpoint, "https://tempo.example.com:443");
+    assert_eq!(otlp.compression, Compression::None);
+    assert_eq!(otlp.timeout, Duration::from_secs(2));
+    assert_eq!(
+        otlp.tls,
+        TlsClientConfig {
+            insecure: false,
+            insecure_skip_verify: true,
+            ca_file: Some("/tls/ca.pem".into()),
+            cert_file: Some("/tls/client.crt".into()),
+            key_file: Some("/tls/client.key".into()),
+            server_name_override: Some("tempo.internal".into()),
+        }
+    );
+    assert_eq!(otlp.headers["x-number"], "12345");
+    assert_eq!(
+        otlp.sending_queue,
+        QueueConfig {
+            enabled: false,
+            queue_size: nz(5),
+            num_consumers: nz(2),
+        }
+    );
+    assert!(!otlp.retry_on_failure.enabled);
+    assert_eq!(otlp.retry_on_failure.multiplier, 0.5);
+    let http = otlp_exporter(&config, "otlphttp");
+    assert_eq!(
+        http.traces_endpoint.as_deref(),
+        Some("https://tempo.example.com/otlp/v1/traces")
+    );
+    assert_eq!(http.compression, Compression::None);
+}
+
+/// Scenario: the debug exporter and the health check with bad values.
+/// Guarantees: an unknown verbosity lists the valid ones, `sampling_*` must be integers,
+/// a health path must start with `/`, and a health endpoint must have a port.
+#[test]
+fn debug_and_health_check_errors() {
+    assert_eq!(
+        problems_with(
+            "
+exporters:
+  debug:
+    verbosity: verbose
+    sampling_initial: many
+extensions:
+  health_check:
+    endpoint: 0.0.0.0
+    path: health
+"
+        ),
+        [
+            "exporters.debug.verbosity: unknown value \"verbose\" (expected one of: basic, normal, detailed)",
+            "exporters.debug.sampling_initial: expected a non-negative integer, found the string \"many\"",
+            "extensions.health_check.endpoint: \"0.0.0.0\" has no port: write it as host:port",
+            "extensions.health_check.path: invalid path \"health\": it must start with '/' and contain no spaces",
+        ]
+    );
+}
+
+/// Scenario: a service section with wrong references, a metrics pipeline, an unknown
+/// signal, a pipeline without receivers or exporters, and a repeated exporter.
+/// Guarantees: each is reported at the list or pipeline it is in, with the id quoted.
+#[test]
+fn service_errors() {
+    assert_eq!(
+        problems_of(&["
+receivers:
+  otlp:
+    protocols:
+      grpc:
+processors:
+  batch:
+exporters:
+  debug:
+service:
+  extensions: [health_check]
+  pipelines:
+    traces:
+      receivers: [otlp/other]
+      processors: [batch, batch/2]
+      exporters: [otlp/missing, debug, debug]
+    traces/:
+      receivers: [otlp]
+    traces/empty:
+      receivers: []
+    metrics:
+      receivers: [otlp]
+      exporters: [debug]
+    logs/x:
+    profiles:
+  shutdown_timeout: 0s
+"]),
+        [
+            "service.extensions: \"health_check\" is not defined under extensions",
+            "service.pipelines.logs/x: logs pipelines are not supported yet by this version of tailgate; remove this pipeline",
+            "service.pipelines.metrics: metrics pipelines are not supported yet by this version of tailgate; remove this pipeline",
+            "service.pipelines.profiles: unknown signal \"profiles\" (known: traces, metrics, logs); write the pipeline id as traces or traces/<name>",
+            "service.pipelines.traces.receivers: \"otlp/other\" is not defined under receivers",
+            "service.pipelines.traces.processors: \"batch/2\" is not defined under processors",
+            "service.pipelines.traces.exporters: \"otlp/missing\" is not defined under exporters",
+            "service.pipelines.traces.exporters: \"debug\" is listed more than once: list each exporter once",
+            "service.pipelines.traces/: the name after \"/\" must not be empty; write \"traces\" or \"traces/<name>\"",
+            "service.pipelines.traces/empty.receivers: a pipeline needs at least one receiver",
+            "service.pipelines.traces/empty.exporters: a pipeline needs at least one exporter",
+            "service.shutdown_timeout: must be greater than 0",
+        ]
+    );
+    assert_eq!(
+        problems_of(&["receivers:\n  otlp:\n    protocols:\n      http:\n"]),
+        [
+            "service.pipelines: must define at least one pipeline, e.g. `traces: {receivers: [otlp], exporters: [debug]}`"
+        ]
+    );
+}
+
+/// Scenario: components that are defined but used by no pipeline, and an extension not
+/// listed in `service.extensions`.
+/// Guarantees: they are not an error (as in the Collector), are still typed, and
+/// `unused_components` names exactly them.
+#[test]
+fn unused_components_are_fine() {
+    let config = load_over(
+        "
+processors:
+  batch:
+exporters:
+  otlp/unused:
+    endpoint: tempo:4317
+extensions:
+  health_check:
+",
+    );
+    assert!(config.exporters.contains_key(&xid("otlp/unused")));
+    assert_eq!(
+        unused_components(&config),
+        [&id("batch"), &xid("otlp/unused"), &id("health_check")]
+    );
+    assert!(unused_components(&load_one(DEFAULT_CONFIG)).is_empty());
+}
+
+/// Scenario: the telemetry settings in their older (`address`) and newer (`readers`)
+/// forms, `level: none`, and bad values.
+/// Guarantees: `readers` with one Prometheus pull reader maps to the address (IPv6 hosts
+/// bracketed); `level: none` turns `/metrics` off; log level and encoding are checked;
+/// `address` and `readers` together are refused.
+#[test]
+fn telemetry_settings() {
+    let config = load_over(
+        "
+service:
+  telemetry:
+    logs:
+      level: WARN
+      encoding: json
+    metrics:
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: '::'
+                port: 9090
+",
+    );
+    assert_eq!(
+        config.service.telemetry,
+        TelemetryConfig {
+            metrics_address: Some("[::]:9090".into()),
+            log_level: LogLevel::Warn,
+            log_encoding: LogEncoding::Json,
+        }
+    );
+    let config = load_over(
+        "
+service:
+  telemetry:
+    metrics:
+      level: none
+      address: 0.0.0.0:8888
+",
+    );
+    assert_eq!(config.service.telemetry.metrics_address, None);
+
+    assert_eq!(
+        problems_with(
+            "
+service:
+  telemetry:
+    logs:
+      level: trace
+      encoding: text
+    metrics:
+      level: verbose
+      address: 0.0.0.0:9090
+      readers:
+        - periodic:
+            exporter: {}
+"
+        ),
+        [
+            "service.telemetry.logs.level: unknown value \"trace\" (expected one of: debug, info, warn, error)",
+            "service.telemetry.logs.encoding: unknown value \"text\" (expected one of: console, json)",
+            "service.telemetry.metrics.level: unknown value \"verbose\" (expected one of: none, basic, normal, detailed)",
+            "service.telemetry.metrics.readers[0].periodic: tailgate serves metrics only through one Prometheus pull reader: readers: [{pull: {exporter: {prometheus: {host: 0.0.0.0, port: 8888}}}}]",
+            "service.telemetry.metrics.readers: set either address or readers, not both",
+        ]
+    );
+}
+
+/// Scenario: one config with problems in several sections at once.
+/// Guarantees: every problem is reported in one error, one `path: message` per line of
+/// its Display, in section order.
+#[test]
+fn several_errors_are_reported_together() {
+    let error = load_str_with_env(
+        &["
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpont: 0.0.0.0:4317
+processors:
+  batch:
+    timeout: 10
+exporters:
+  otlp/tempo:
+    endpoint: ''
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [otlp/missing]
+"],
+        &no_env,
+    )
+    .unwrap_err();
+    assert_eq!(error.problems().len(), 4);
+    assert_eq!(
+        error.to_string(),
+        "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, read_buffer_size, write_buffer_size, include_metadata)
+processors.batch.timeout: a duration needs a unit: write e.g. \"10s\" or \"10ms\"
+exporters.otlp/tempo.endpoint: must not be empty: set where to send, e.g. tempo-distributor.monitoring:4317
+service.pipelines.traces.exporters: \"otlp/missing\" is not defined under exporters"
+    );
+    assert_eq!(
+        error.problems()[3],
+        Problem {
+            path: "service.pipelines.traces.exporters".into(),
+            message: "\"otlp/missing\" is not defined under exporters".into(),
+        }
+    );
+}
+
+/// Scenario: values of the wrong YAML type where a mapping, list, boolean or string is
+/// expected.
+/// Guarantees: each says what was expected and what was found.
+#[test]
+fn wrong_types() {
+    assert_eq!(
+        problems_with(
+            "
+exporters:
+  otlp:
+    endpoint: [a]
+    tls: true
+    headers:
+      x: [1]
+    retry_on_failure:
+      enabled: yes please
+      multiplier: fast
+  otlp/scalar: tempo:4317
+service:
+  extensions: health_check
+"
+        ),
+        [
+            "exporters.otlp.endpoint: expected a string, found a list",
+            "exporters.otlp.tls: expected a mapping, found the boolean true",
+            "exporters.otlp.headers.x: expected a string, found a list",
+            "exporters.otlp.retry_on_failure.enabled: expected true or false, found the string \"yes please\"",
+            "exporters.otlp.retry_on_failure.multiplier: expected a number, found the string \"fast\"",
+            "exporters.otlp/scalar: expected a mapping, found the string \"tempo:4317\"",
+            "service.extensions: expected a list of extension ids, found the string \"health_check\"",
+        ]
+    );
+}
+
+// === render ===
+
+/// Scenario: the default config, the Collector config, and a config with every optional
+/// setting (including a `$` in a header and a `/` in a name) are rendered and read back.
+/// Guarantees: `load_str(render(c)) == c` for each, and the rendering writes the defaults
+/// out (e.g. the retry multiplier).
+#[test]
+fn render_round_trips() {
+    let rich = "
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: '[::1]:4318'
+        cors:
+          allowed_origins: ['https://*.example.com']
+          allowed_headers: [x-custom]
+          max_age: 60
+processors:
+  batch/small:
+    send_batch_size: 10
+    send_batch_max_size: 20
+    timeout: 1m30s
+exporters:
+  otlp_grpc/tempo/eu:
+    endpoint: tempo:4317
+    headers:
+      authorization: 'Bearer $$ecret'
+      'x-empty':
+    retry_on_failure:
+      max_elapsed_time: 0s
+      initial_interval: 250ms
+      multiplier: 2
+  otlphttp:
+    endpoint: https://x
+    traces_endpoint: https://x/v1/traces
+    tls:
+      ca_file: /ca.pem
+service:
+  pipelines:
+    traces/x:
+      receivers: [otlp]
+      processors: [batch/small]
+      exporters: [otlp_grpc/tempo/eu, otlphttp]
+  telemetry:
+    metrics:
+      level: none
+  shutdown_timeout: 1h
+";
+    for config in [
+        load_one(DEFAULT_CONFIG),
+        load_one(COLLECTOR_CONFIG),
+        load_over(rich),
+    ] {
+        let rendered = render(&config);
+        let again = match load_str_with_env(&[&rendered], &no_env) {
+            Ok(again) => again,
+            Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
+        };
+        assert_eq!(again, config, "round trip of:\n{rendered}");
+        assert_eq!(render(&again), rendered);
+    }
+    let rendered = render(&load_one(COLLECTOR_CONFIG));
+    assert!(rendered.contains("    multiplier: 1.5\n"), "{rendered}");
+    assert!(rendered.contains("\n  otlp/tempo:\n"), "{rendered}");
+    assert!(
+        rendered.contains("exporters: [otlp/tempo, otlphttp/backup]\n"),
+        "{rendered}"
+    );
+    let rich = render(&load_over(rich));
+    assert!(rich.contains("authorization: \"Bearer $$ecret\""), "{rich}");
+}
+
+// === parts ===
+
+/// Scenario: Go durations in every form the Collector writes, and malformed ones.
+/// Guarantees: units ns/us/µs/μs/ms/s/m/h, fractions and sums parse as in Go; `0` is
+/// zero; a missing or unknown unit and negative values are refused; `format` writes text
+/// that parses back to the same value.
+#[test]
+fn go_durations() {
+    use super::duration::{format, parse};
+    let cases = [
+        ("200ms", Duration::from_millis(200)),
+        ("5s", Duration::from_secs(5)),
+        ("1m30s", Duration::from_secs(90)),
+        ("1h", Duration::from_secs(3600)),
+        ("1.5s", Duration::from_millis(1500)),
+        ("500us", Duration::from_micros(500)),
+        ("500µs", Duration::from_micros(500)),
+        ("500μs", Duration::from_micros(500)),
+        ("10ns", Duration::from_nanos(10)),
+        ("1h2m3.5s", Duration::from_millis(3_723_500)),
+        (".5m", Duration::from_secs(30)),
+        ("0", Duration::ZERO),
+        ("0s", Duration::ZERO),
+        ("+3s", Duration::from_secs(3)),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(parse(text), Ok(expected), "{text}");
+        assert_eq!(parse(&format(expected)), Ok(expected), "{text}");
+    }
+    for bad in [
+        "",
+        "5",
+        "1m 30s",
+        "5 seconds",
+        "1d",
+        "-1s",
+        "s",
+        ".s",
+        "1..5s",
+    ] {
+        assert!(parse(bad).is_err(), "{bad:?} should be refused");
+    }
+    assert_eq!(format(Duration::from_secs(90)), "1m30s");
+    assert_eq!(format(Duration::from_millis(200)), "200ms");
+    assert_eq!(format(Duration::from_micros(1500)), "1.5ms");
+    assert_eq!(format(Duration::from_secs(3600)), "1h");
+    assert_eq!(format(Duration::from_millis(3_600_500)), "1h0.5s");
+}
+
+/// Scenario: listening addresses and client targets of every shape.
+/// Guarantees: `host:port`, `:port`, bracketed IPv6 and ports 0..=65535 are accepted for
+/// listeners; a client needs a host; URLs need http(s) and a host.
+#[test]
+fn endpoints() {
+    use super::endpoint::{check_grpc_target, check_listen, check_url};
+    for ok in [
+        "0.0.0.0:4317",
+        ":4317",
+        "[::1]:4317",
+        "[::]:0",
+        "localhost:65535",
+        "my_host:1",
+    ] {
+        assert_eq!(check_listen(ok), Ok(()), "{ok}");
+    }
+    for bad in [
+        "0.0.0.0",
+        "0.0.0.0:",
+        "host:65536",
+        "host:-1",
+        "::1:4317",
+        "[::1:4317",
+        "[zz]:1",
+        "a b:1",
+    ] {
+        assert!(check_listen(bad).is_err(), "{bad:?} should be refused");
+    }
+    for ok in [
+        "tempo:4317",
+        "http://tempo:4317",
+        "https://tempo",
+        "https://[::1]:443",
+    ] {
+        assert_eq!(check_grpc_target(ok), Ok(()), "{ok}");
+    }
+    for bad in [":4317", "tempo", "grpc://tempo:4317", "https://"] {
+        assert!(check_grpc_target(bad).is_err(), "{bad:?} should be refused");
+    }
+    for ok in [
+        "http://tempo:4318",
+        "https://tempo/otlp",
+        "http://10.0.0.1:4318/v1/traces?x=1",
+    ] {
+        assert_eq!(check_url(ok), Ok(()), "{ok}");
+    }
+    for bad in [
+        "tempo:4318",
+        "http://",
+        "http://user:pw@tempo",
+        "http://tempo:x",
+        "http://te mpo",
+    ] {
+        assert!(check_url(bad).is_err(), "{bad:?} should be refused");
+    }
+}
+
+/// Scenario: the substitution rules on single strings.
+/// Guarantees: a lone reference is reported as whole (so its key types it); text around
+/// it, two references, or an escaped `$$` make it plain text.
+#[test]
+fn expand_whole_and_partial() {
+    use super::expand::{Expanded, expand_str};
+    let env = |name: &str| (name == "A").then(|| "1".to_owned());
+    assert_eq!(expand_str("${A}", &env), Ok(Expanded::Whole("1".into())));
+    assert_eq!(
+        expand_str("${env:A}", &env),
+        Ok(Expanded::Whole("1".into()))
+    );
+    assert_eq!(
+        expand_str("${A}${A}", &env),
+        Ok(Expanded::Text("11".into()))
+    );
+    assert_eq!(expand_str("${A}x}", &env), Ok(Expanded::Text("1x}".into())));
+    assert_eq!(expand_str("$${A}", &env), Ok(Expanded::Text("${A}".into())));
+    assert_eq!(
+        expand_str("${B:-x:y}", &env),
+        Ok(Expanded::Whole("x:y".into()))
+    );
+    assert_eq!(expand_str("a$", &env), Ok(Expanded::Text("a$".into())));
+}
