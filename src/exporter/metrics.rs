@@ -1,0 +1,338 @@
+//! Exporter self-metrics.
+//!
+//! Names follow what the Collector exposes through Prometheus (`otelcol_exporter_*`, counters
+//! with `_total`), so existing dashboards and alerts keep working; tailgate's own additions
+//! are prefixed `tailgate_exporter_`. Every label comes from a closed set: `exporter` is the
+//! component id as written in the config, `reason` is a [`FailureReason`], `error_type` a
+//! [`RetryErrorType`].
+//!
+//! The families are registered once per registry ([`ExporterMetricFamilies::register`]); each
+//! exporter gets label-bound handles from [`ExporterMetricFamilies::for_exporter`], so the hot
+//! path never looks a label up.
+//!
+//! Queue depth is observed at scrape time, not pushed per item: the queue registers a reader
+//! that holds only a weak reference to its channel (see [`QueueObserver`]).
+
+use std::sync::{Arc, Mutex};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+use crate::config::ComponentId;
+
+/// Metric names and help texts, in one place.
+mod desc {
+    pub const SENT_SPANS: (&str, &str) = (
+        "otelcol_exporter_sent_spans_total",
+        "Number of spans successfully sent to destination.",
+    );
+    pub const SEND_FAILED_SPANS: (&str, &str) = (
+        "otelcol_exporter_send_failed_spans_total",
+        "Number of spans in failed attempts to send to destination, by reason \
+         (permanent, retries_exhausted, partial_success, shutdown).",
+    );
+    pub const ENQUEUE_FAILED_SPANS: (&str, &str) = (
+        "otelcol_exporter_enqueue_failed_spans_total",
+        "Number of spans failed to be added to the sending queue (the exporter was shut down).",
+    );
+    pub const QUEUE_SIZE: (&str, &str) = (
+        "otelcol_exporter_queue_size",
+        "Current size of the retry queue (in batches).",
+    );
+    pub const QUEUE_CAPACITY: (&str, &str) = (
+        "otelcol_exporter_queue_capacity",
+        "Fixed capacity of the retry queue (in batches).",
+    );
+    pub const IN_FLIGHT: (&str, &str) = (
+        "otelcol_exporter_in_flight_requests",
+        "Number of export requests currently in flight (attempts, not batches).",
+    );
+    pub const RETRIES: (&str, &str) = (
+        "tailgate_exporter_retries_total",
+        "Number of export attempts that failed with a retryable error and were retried, \
+         by error type.",
+    );
+}
+
+/// Why spans were not delivered: the `reason` label of
+/// `otelcol_exporter_send_failed_spans_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureReason {
+    /// The destination answered with an error that retrying cannot fix.
+    Permanent,
+    /// Retryable failures went on until `max_elapsed_time` (or retries are disabled).
+    RetriesExhausted,
+    /// The destination accepted the request but rejected some of its spans.
+    PartialSuccess,
+    /// The shutdown deadline passed before the spans could be delivered.
+    Shutdown,
+}
+
+impl FailureReason {
+    pub(crate) const ALL: [FailureReason; 4] = [
+        FailureReason::Permanent,
+        FailureReason::RetriesExhausted,
+        FailureReason::PartialSuccess,
+        FailureReason::Shutdown,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Permanent => "permanent",
+            FailureReason::RetriesExhausted => "retries_exhausted",
+            FailureReason::PartialSuccess => "partial_success",
+            FailureReason::Shutdown => "shutdown",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The kind of retryable failure: the `error_type` label of `tailgate_exporter_retries_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RetryErrorType {
+    /// gRPC `UNAVAILABLE` answered by the server.
+    Unavailable,
+    /// gRPC `RESOURCE_EXHAUSTED` carrying `RetryInfo`.
+    ResourceExhausted,
+    /// gRPC `DEADLINE_EXCEEDED`, or the per-attempt `timeout` elapsed.
+    DeadlineExceeded,
+    /// HTTP 429.
+    Http429,
+    /// HTTP 502, 503, 504.
+    Http5xx,
+    /// The connection could not be made or broke.
+    Transport,
+    /// Any other retryable gRPC code (`CANCELLED`, `ABORTED`, `OUT_OF_RANGE`, `DATA_LOSS`).
+    Other,
+}
+
+impl RetryErrorType {
+    pub(crate) const ALL: [RetryErrorType; 7] = [
+        RetryErrorType::Unavailable,
+        RetryErrorType::ResourceExhausted,
+        RetryErrorType::DeadlineExceeded,
+        RetryErrorType::Http429,
+        RetryErrorType::Http5xx,
+        RetryErrorType::Transport,
+        RetryErrorType::Other,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryErrorType::Unavailable => "unavailable",
+            RetryErrorType::ResourceExhausted => "resource_exhausted",
+            RetryErrorType::DeadlineExceeded => "deadline_exceeded",
+            RetryErrorType::Http429 => "http_429",
+            RetryErrorType::Http5xx => "http_5xx",
+            RetryErrorType::Transport => "transport",
+            RetryErrorType::Other => "other",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The exporter metric families, registered once per registry.
+///
+/// Cloning shares the families.
+#[derive(Clone, Debug)]
+pub struct ExporterMetricFamilies {
+    sent_spans: IntCounterVec,
+    send_failed_spans: IntCounterVec,
+    enqueue_failed_spans: IntCounterVec,
+    queue_capacity: IntGaugeVec,
+    in_flight: IntGaugeVec,
+    retries: IntCounterVec,
+    queue_size: Arc<QueueSizeCollector>,
+}
+
+impl ExporterMetricFamilies {
+    /// Creates the families and registers them with `registry`.
+    ///
+    /// # Errors
+    ///
+    /// Fails when a family of the same name is already registered (call this once per
+    /// registry and share the result).
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        fn counter(
+            registry: &Registry,
+            d: (&str, &str),
+            labels: &[&str],
+        ) -> prometheus::Result<IntCounterVec> {
+            let v = IntCounterVec::new(Opts::new(d.0, d.1), labels)?;
+            registry.register(Box::new(v.clone()))?;
+            Ok(v)
+        }
+        fn gauge(
+            registry: &Registry,
+            d: (&str, &str),
+            labels: &[&str],
+        ) -> prometheus::Result<IntGaugeVec> {
+            let v = IntGaugeVec::new(Opts::new(d.0, d.1), labels)?;
+            registry.register(Box::new(v.clone()))?;
+            Ok(v)
+        }
+        let queue_size = Arc::new(QueueSizeCollector::new()?);
+        let families = Self {
+            sent_spans: counter(registry, desc::SENT_SPANS, &["exporter"])?,
+            send_failed_spans: counter(registry, desc::SEND_FAILED_SPANS, &["exporter", "reason"])?,
+            enqueue_failed_spans: counter(registry, desc::ENQUEUE_FAILED_SPANS, &["exporter"])?,
+            queue_capacity: gauge(registry, desc::QUEUE_CAPACITY, &["exporter"])?,
+            in_flight: gauge(registry, desc::IN_FLIGHT, &["exporter"])?,
+            retries: counter(registry, desc::RETRIES, &["exporter", "error_type"])?,
+            queue_size: queue_size.clone(),
+        };
+        registry.register(Box::new(SharedCollector(queue_size)))?;
+        Ok(families)
+    }
+
+    /// Label-bound handles for one exporter. Every `reason` and `error_type` series is
+    /// created at zero, so dashboards see them before the first failure.
+    pub fn for_exporter(&self, id: &ComponentId) -> ExporterMetrics {
+        let name = id.written.as_str();
+        ExporterMetrics {
+            exporter: name.to_owned(),
+            sent_spans: self.sent_spans.with_label_values(&[name]),
+            send_failed_spans: FailureReason::ALL.map(|r| {
+                self.send_failed_spans
+                    .with_label_values(&[name, r.as_str()])
+            }),
+            enqueue_failed_spans: self.enqueue_failed_spans.with_label_values(&[name]),
+            queue_capacity: self.queue_capacity.clone(),
+            in_flight: self.in_flight.with_label_values(&[name]),
+            retries: RetryErrorType::ALL
+                .map(|t| self.retries.with_label_values(&[name, t.as_str()])),
+            queue_size: self.queue_size.clone(),
+        }
+    }
+}
+
+/// One exporter's label-bound metric handles; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ExporterMetrics {
+    exporter: String,
+    sent_spans: IntCounter,
+    send_failed_spans: [IntCounter; 4],
+    enqueue_failed_spans: IntCounter,
+    queue_capacity: IntGaugeVec,
+    in_flight: IntGauge,
+    retries: [IntCounter; 7],
+    queue_size: Arc<QueueSizeCollector>,
+}
+
+impl ExporterMetrics {
+    /// `spans` reached the destination.
+    pub(crate) fn record_sent(&self, spans: usize) {
+        self.sent_spans.inc_by(spans as u64);
+    }
+
+    /// `spans` were not delivered, for `reason`.
+    pub(crate) fn record_failed(&self, reason: FailureReason, spans: usize) {
+        self.send_failed_spans[reason.index()].inc_by(spans as u64);
+    }
+
+    /// `spans` could not be handed to the exporter.
+    pub(crate) fn record_enqueue_failed(&self, spans: usize) {
+        self.enqueue_failed_spans.inc_by(spans as u64);
+    }
+
+    /// A retryable attempt failed and will be retried.
+    pub(crate) fn record_retry(&self, error_type: RetryErrorType) {
+        self.retries[error_type.index()].inc();
+    }
+
+    /// Marks one attempt in flight until the guard drops (also when the attempt is
+    /// cancelled).
+    pub(crate) fn in_flight(&self) -> InFlightGuard {
+        self.in_flight.inc();
+        InFlightGuard(self.in_flight.clone())
+    }
+
+    /// Publishes the queue's capacity and registers a reader of its depth, called at scrape
+    /// time. The reader returns `None` once the queue is gone; its series is then removed.
+    pub(crate) fn observe_queue(&self, capacity: usize, depth: QueueObserver) {
+        self.queue_capacity
+            .with_label_values(&[self.exporter.as_str()])
+            .set(capacity as i64);
+        self.queue_size.add(self.exporter.clone(), depth);
+    }
+}
+
+/// Decrements the in-flight gauge on drop.
+pub(crate) struct InFlightGuard(IntGauge);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Reads a queue's current depth; `None` when the queue no longer exists.
+pub(crate) type QueueObserver = Box<dyn Fn() -> Option<usize> + Send + Sync>;
+
+/// `otelcol_exporter_queue_size`, computed at scrape time from the registered observers.
+struct QueueSizeCollector {
+    gauge: IntGaugeVec,
+    // A std mutex: held only to copy or prune the short list, never across an await.
+    observers: Mutex<Vec<(String, QueueObserver)>>,
+}
+
+impl std::fmt::Debug for QueueSizeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueSizeCollector").finish_non_exhaustive()
+    }
+}
+
+impl QueueSizeCollector {
+    fn new() -> prometheus::Result<Self> {
+        Ok(Self {
+            gauge: IntGaugeVec::new(
+                Opts::new(desc::QUEUE_SIZE.0, desc::QUEUE_SIZE.1),
+                &["exporter"],
+            )?,
+            observers: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn add(&self, exporter: String, observer: QueueObserver) {
+        let mut observers = self.observers.lock().unwrap_or_else(|e| e.into_inner());
+        observers.retain(|(name, _)| *name != exporter);
+        observers.push((exporter, observer));
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut observers = self.observers.lock().unwrap_or_else(|e| e.into_inner());
+        self.gauge.reset();
+        observers.retain(|(name, observe)| match observe() {
+            Some(depth) => {
+                self.gauge
+                    .with_label_values(&[name.as_str()])
+                    .set(depth as i64);
+                true
+            }
+            None => false,
+        });
+        self.gauge.collect()
+    }
+}
+
+/// Registers the shared collector (the registry takes a `Box<dyn Collector>`).
+struct SharedCollector(Arc<QueueSizeCollector>);
+
+impl Collector for SharedCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.0.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.0.collect()
+    }
+}
