@@ -1,1 +1,181 @@
-//! Pipeline errors.
+//! Pipeline errors and the one mapping from them to gRPC and HTTP answers.
+//!
+//! Receivers return `Result<_, PipelineError>` and never build a `tonic::Status` or an
+//! HTTP status themselves: [`PipelineError::grpc_status`] and
+//! [`PipelineError::http_answer`] are the only places where an outcome becomes a wire
+//! status, so both transports always answer alike. The conversions have no side effects;
+//! counting and logging happen where the error is handled.
+//!
+//! Retryable refusals are chosen so that every common OTLP client retries them: gRPC
+//! `UNAVAILABLE` (which the Collector's exporter and the SDKs retry without needing a
+//! `RetryInfo`, though one is attached) and HTTP 503 with `Retry-After`.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+/// Why a request was not accepted into the pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The pipeline has no room right now; the client should retry after `retry_after`.
+    #[error("the gateway is overloaded ({reason}); retry after {retry_after:?}")]
+    Overloaded {
+        /// What is full.
+        reason: &'static str,
+        /// A hint for the client's next attempt.
+        retry_after: Duration,
+    },
+    /// The gateway is draining for shutdown and takes no new data.
+    #[error("the gateway is shutting down; send to another replica or retry later")]
+    ShuttingDown,
+    /// The payload could not be decoded or violates OTLP (a client bug: do not retry).
+    #[error("malformed request: {0}")]
+    Malformed(String),
+    /// The body is larger than the configured limit.
+    #[error(
+        "request body larger than {limit} bytes; send smaller batches or raise max_request_body_size"
+    )]
+    TooLarge {
+        /// The limit in bytes, after decompression.
+        limit: usize,
+    },
+    /// The `Content-Type` is not one OTLP/HTTP accepts.
+    #[error("unsupported content type {0:?}; use application/x-protobuf or application/json")]
+    UnsupportedMediaType(String),
+    /// The `Content-Encoding` is not one the receiver decodes.
+    #[error("unsupported content encoding {0:?}; use gzip, zstd, deflate or none")]
+    UnsupportedEncoding(String),
+    /// The signal has no pipeline in this configuration.
+    #[error("no {0} pipeline is configured on this gateway")]
+    NoPipeline(&'static str),
+}
+
+/// A bounded label value naming the kind of refusal, for metrics.
+impl PipelineError {
+    /// The `reason` label for refusal counters: a closed set.
+    pub fn reason_label(&self) -> &'static str {
+        match self {
+            Self::Overloaded { .. } => "overloaded",
+            Self::ShuttingDown => "shutting_down",
+            Self::Malformed(_) => "malformed",
+            Self::TooLarge { .. } => "too_large",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::UnsupportedEncoding(_) => "unsupported_encoding",
+            Self::NoPipeline(_) => "no_pipeline",
+        }
+    }
+
+    /// True when the client may send the same data again later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Overloaded { .. } | Self::ShuttingDown)
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Overloaded { retry_after, .. } => Some(*retry_after),
+            Self::ShuttingDown => Some(Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+
+    /// The gRPC status for this outcome.
+    ///
+    /// Retryable refusals are `UNAVAILABLE` with a `RetryInfo` detail carrying the delay.
+    pub fn grpc_status(&self) -> tonic::Status {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let message = self.to_string();
+        match self {
+            Self::Overloaded { .. } | Self::ShuttingDown => {
+                let details = ErrorDetails::with_retry_info(self.retry_after());
+                tonic::Status::with_error_details(tonic::Code::Unavailable, message, details)
+            }
+            Self::Malformed(_) | Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
+                tonic::Status::invalid_argument(message)
+            }
+            Self::TooLarge { .. } => tonic::Status::resource_exhausted(message),
+            Self::NoPipeline(_) => tonic::Status::unimplemented(message),
+        }
+    }
+
+    /// The HTTP status, the gRPC code carried in the OTLP `Status` body, and the
+    /// `Retry-After` value in whole seconds (at least 1) when the client should retry.
+    pub fn http_answer(&self) -> HttpAnswer {
+        let (status, code) = match self {
+            Self::Overloaded { .. } | Self::ShuttingDown => {
+                (StatusCode::SERVICE_UNAVAILABLE, tonic::Code::Unavailable)
+            }
+            Self::Malformed(_) | Self::UnsupportedEncoding(_) => {
+                (StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument)
+            }
+            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, tonic::Code::InvalidArgument),
+            Self::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                tonic::Code::InvalidArgument,
+            ),
+            Self::NoPipeline(_) => (StatusCode::NOT_FOUND, tonic::Code::Unimplemented),
+        };
+        HttpAnswer {
+            status,
+            grpc_code: code as i32,
+            retry_after_secs: self
+                .retry_after()
+                .map(|d| d.as_secs_f64().ceil().max(1.0) as u64),
+        }
+    }
+}
+
+/// How an error is answered over OTLP/HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpAnswer {
+    /// The HTTP status code.
+    pub status: StatusCode,
+    /// The `google.rpc.Status.code` written in the body.
+    pub grpc_code: i32,
+    /// The `Retry-After` header in seconds, for retryable refusals.
+    pub retry_after_secs: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_types::StatusExt;
+
+    /// Scenario: an overload refusal is converted for both transports.
+    /// Guarantees: gRPC gets UNAVAILABLE with a RetryInfo detail, HTTP gets 503 with a
+    /// Retry-After of at least one second: codes that OTLP clients retry.
+    #[test]
+    fn overload_is_retryable_on_both_transports() {
+        let error = PipelineError::Overloaded {
+            reason: "pipeline queue full",
+            retry_after: Duration::from_millis(300),
+        };
+        let status = error.grpc_status();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        let retry = status
+            .get_details_retry_info()
+            .expect("retry info attached");
+        assert_eq!(retry.retry_delay, Some(Duration::from_millis(300)));
+        let answer = error.http_answer();
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.retry_after_secs, Some(1));
+        assert!(error.is_retryable());
+    }
+
+    /// Scenario: client mistakes are converted.
+    /// Guarantees: they are not retryable and map to INVALID_ARGUMENT / 400, 413, 415.
+    #[test]
+    fn client_mistakes_are_permanent() {
+        let malformed = PipelineError::Malformed("truncated".into());
+        assert_eq!(malformed.grpc_status().code(), tonic::Code::InvalidArgument);
+        assert_eq!(malformed.http_answer().status, StatusCode::BAD_REQUEST);
+        assert_eq!(malformed.http_answer().retry_after_secs, None);
+        assert!(!malformed.is_retryable());
+        let large = PipelineError::TooLarge { limit: 10 };
+        assert_eq!(large.http_answer().status, StatusCode::PAYLOAD_TOO_LARGE);
+        let media = PipelineError::UnsupportedMediaType("text/plain".into());
+        assert_eq!(
+            media.http_answer().status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+    }
+}

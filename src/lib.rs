@@ -15,15 +15,19 @@
 //! - [`batcher`]: the `batch` processor, size- and time-triggered.
 //! - [`exporter`]: the sending queue, retries, and the OTLP (gRPC/HTTP) and debug exporters.
 //! - [`telemetry`]: self-metrics, the health endpoint and logging.
-//! - [`error`]: pipeline errors and the one mapping to gRPC and HTTP status.
+//! - [`service`]: binds the ports and starts every stage from a config: the wiring.
 //! - [`shutdown`]: the staged drain protocol.
+//! - [`error`]: pipeline errors and the one mapping to gRPC and HTTP status.
+//! - [`net`]: listening sockets and the HTTP serve loop shared by every endpoint.
 
 pub mod batcher;
 pub mod config;
 pub mod error;
 pub mod exporter;
+pub mod net;
 pub mod otlp;
 pub mod pipeline;
 pub mod receiver;
+pub mod service;
 pub mod shutdown;
 pub mod telemetry;

@@ -1,1 +1,93 @@
-fn main() {}
+//! The `tailgate` command: run the gateway, validate a config, or print the effective one.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// A tail-sampling OTLP gateway, configured in the OpenTelemetry Collector's YAML.
+#[derive(Debug, Parser)]
+#[command(name = "tailgate", version)]
+struct Args {
+    /// A config file; repeat to merge several (later files override earlier ones).
+    /// Without one, the built-in default config runs.
+    #[arg(long = "config", short = 'c', global = true, value_name = "FILE")]
+    config: Vec<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway (the default).
+    Run,
+    /// Check the config and exit: 0 when valid, 1 with every error listed otherwise.
+    Validate,
+    /// Print the effective config, with every default filled in.
+    PrintConfig,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = if args.config.is_empty() {
+        tailgate::config::load_str(&[tailgate::config::DEFAULT_CONFIG])
+    } else {
+        tailgate::config::load(&args.config)
+    };
+    let config = match config {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("invalid configuration:\n{errors}");
+            return ExitCode::from(1);
+        }
+    };
+    match args.command.unwrap_or(Command::Run) {
+        Command::Validate => {
+            eprintln!("configuration is valid");
+            ExitCode::SUCCESS
+        }
+        Command::PrintConfig => {
+            #[allow(clippy::print_stdout)]
+            {
+                print!("{}", tailgate::config::render(&config));
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Run => run(config),
+    }
+}
+
+fn run(config: tailgate::config::Config) -> ExitCode {
+    tailgate::telemetry::init_logging(&config.service.telemetry);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("starting the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let gateway = match tailgate::service::Gateway::start(config).await {
+            Ok(gateway) => gateway,
+            Err(error) => {
+                tracing::error!(event = "gateway.start_failed", error = %error);
+                return ExitCode::from(1);
+            }
+        };
+        match tailgate::shutdown::wait_for_signal().await {
+            Ok(signal) => tracing::info!(event = "gateway.signal_received", signal),
+            Err(error) => {
+                tracing::error!(event = "gateway.signal_handler_failed", error = %error);
+            }
+        }
+        let report = gateway.shutdown().await;
+        if report.dropped_spans > 0 {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}

@@ -1,1 +1,8 @@
-//! Integration tests.
+//! Integration tests: one binary, one module per capability, shared helpers in `support`.
+
+mod bad_input;
+mod cli;
+mod export_retry;
+mod sdk_e2e;
+mod shutdown;
+mod support;

@@ -1,5 +1,158 @@
 //! The pipeline graph and the payload that flows along its edges.
+//!
+//! A traces pipeline is `receivers -> input queue -> processors -> exporters`. Every edge
+//! is bounded:
+//!
+//! - receivers admit a request into every pipeline they feed through [`TracesSink`], which
+//!   reserves a slot in each pipeline's input queue before sending to any, so a request
+//!   is taken by all of its pipelines or by none, and a full queue becomes a retryable
+//!   refusal to the client instead of a drop;
+//! - a processor task awaits room downstream ([`Downstream::send`]) and stops reading its
+//!   input meanwhile, which is how a slow exporter pushes back to the receivers.
 
+mod graph;
 mod payload;
 
+pub use graph::{BuildError, Pipelines, build_pipelines};
 pub use payload::TraceBatch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::config::{ComponentId, PipelineId};
+use crate::error::PipelineError;
+use crate::exporter::TracesExporter;
+
+/// How many requests a pipeline's input queue holds before receivers wait.
+pub const PIPELINE_INPUT_CAPACITY: usize = 64;
+
+/// How long a receiver waits for room in a full pipeline before refusing the request.
+pub const ADMISSION_WAIT: Duration = Duration::from_millis(500);
+
+/// The `Retry-After` hint given with a refusal for a full pipeline.
+pub const RETRY_AFTER_FULL: Duration = Duration::from_secs(1);
+
+/// The entry of one pipeline: a bounded queue into its first stage.
+#[derive(Clone, Debug)]
+pub struct PipelineInput {
+    id: PipelineId,
+    sender: mpsc::Sender<TraceBatch>,
+}
+
+impl PipelineInput {
+    /// The pipeline's input, sending into `sender`.
+    pub fn new(id: PipelineId, sender: mpsc::Sender<TraceBatch>) -> Self {
+        Self { id, sender }
+    }
+
+    /// The id of the pipeline this enters.
+    pub fn id(&self) -> &PipelineId {
+        &self.id
+    }
+}
+
+/// What a receiver hands its data to: the inputs of every pipeline it belongs to.
+#[derive(Clone, Debug, Default)]
+pub struct TracesSink {
+    inputs: Arc<[PipelineInput]>,
+}
+
+impl TracesSink {
+    /// A sink feeding `inputs`.
+    pub fn new(inputs: Vec<PipelineInput>) -> Self {
+        Self {
+            inputs: inputs.into(),
+        }
+    }
+
+    /// True when no pipeline takes this receiver's traces.
+    pub fn is_empty(&self) -> bool {
+        self.inputs.is_empty()
+    }
+
+    /// Admits `batch` into every pipeline, or into none.
+    ///
+    /// Waits at most [`ADMISSION_WAIT`] for room in each pipeline's queue.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Overloaded`] when a queue stayed full, [`PipelineError::ShuttingDown`]
+    /// when a pipeline has stopped. Either way no pipeline received the batch.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling drops the reserved slots; no pipeline receives the batch.
+    pub async fn accept(&self, batch: TraceBatch) -> Result<(), PipelineError> {
+        let mut permits = Vec::with_capacity(self.inputs.len());
+        for input in self.inputs.iter() {
+            match tokio::time::timeout(ADMISSION_WAIT, input.sender.reserve()).await {
+                Ok(Ok(permit)) => permits.push(permit),
+                Ok(Err(_closed)) => return Err(PipelineError::ShuttingDown),
+                Err(_elapsed) => {
+                    return Err(PipelineError::Overloaded {
+                        reason: "pipeline queue full",
+                        retry_after: RETRY_AFTER_FULL,
+                    });
+                }
+            }
+        }
+        // Cloning a batch clones a reference-counted buffer, not the spans.
+        for permit in permits {
+            permit.send(batch.clone());
+        }
+        Ok(())
+    }
+}
+
+/// Where a stage sends its output.
+#[derive(Clone)]
+pub enum Downstream {
+    /// The input queue of the next processor.
+    Stage(mpsc::Sender<TraceBatch>),
+    /// Every exporter of the pipeline.
+    Exporters(ExporterFanout),
+}
+
+impl Downstream {
+    /// Sends `batch` on, waiting for room: this wait is the pipeline's backpressure.
+    ///
+    /// Returns false when the next stage has stopped (only during shutdown).
+    pub async fn send(&self, batch: TraceBatch) -> bool {
+        match self {
+            Self::Stage(sender) => sender.send(batch).await.is_ok(),
+            Self::Exporters(fanout) => {
+                fanout.send(batch).await;
+                true
+            }
+        }
+    }
+}
+
+/// The exporters at the end of a pipeline; each receives every batch.
+#[derive(Clone)]
+pub struct ExporterFanout {
+    exporters: Arc<[(ComponentId, TracesExporter)]>,
+}
+
+impl ExporterFanout {
+    /// A fan-out to `exporters`, in order.
+    pub fn new(exporters: Vec<(ComponentId, TracesExporter)>) -> Self {
+        Self {
+            exporters: exporters.into(),
+        }
+    }
+
+    /// Hands `batch` to each exporter in turn, waiting for room in each one's queue.
+    ///
+    /// An exporter that refuses (it is shut down, or exports inline and failed
+    /// permanently) has already counted the spans it lost; the others still get the batch.
+    pub async fn send(&self, batch: TraceBatch) {
+        for (id, exporter) in self.exporters.iter() {
+            if let Err(error) = exporter.export(batch.clone()).await {
+                tracing::debug!(event = "pipeline.export_refused", exporter = %id, error = %error);
+            }
+        }
+    }
+}

@@ -1,1 +1,43 @@
-//! Placeholder.
+//! Self-telemetry: the metrics registry and its endpoint, process metrics, the health
+//! endpoint, and logging.
+//!
+//! Components register their metric families against the one [`prometheus::Registry`]
+//! built here (no global registry) and hold label-bound handles. Logs are `tracing` events
+//! whose message is a stable, lowercase, dotted event name (`"receiver.started"`,
+//! `"exporter.retry"`) with key/value fields; they mark state transitions, not requests.
+
+mod health;
+mod logging;
+mod process;
+mod server;
+
+pub use health::{Health, HealthState};
+pub use logging::init_logging;
+pub use process::ProcessCollector;
+pub use server::{serve_health, serve_metrics};
+
+use prometheus::Registry;
+
+/// The version of this build, for the build-info metric and logs.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Builds the registry every component registers against, with the process metrics
+/// (`otelcol_process_*`) and `tailgate_build_info` already in it.
+///
+/// # Errors
+///
+/// Only if the built-in families collide, which is a programming error.
+pub fn new_registry() -> Result<Registry, prometheus::Error> {
+    let registry = Registry::new();
+    registry.register(Box::new(ProcessCollector::new()))?;
+    let build_info = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "tailgate_build_info",
+            "A constant 1, labelled with the version of the running tailgate.",
+        ),
+        &["version"],
+    )?;
+    build_info.with_label_values(&[VERSION]).set(1);
+    registry.register(Box::new(build_info))?;
+    Ok(registry)
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, then every test.
+# Installs what the tests need when it is missing, so it runs on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+
+echo "== cargo test"
+cargo test --all-targets --locked -- --test-threads=2

@@ -1,0 +1,141 @@
+//! Builds the running pipeline graph from the validated configuration.
+//!
+//! Exporters are shared: one instance per exporter id, whichever pipelines name it (as in
+//! the Collector). Processors are per pipeline: a `batch` listed in two pipelines runs
+//! twice. Each pipeline gets one bounded input queue; each receiver gets one
+//! [`TracesSink`] over the inputs of every traces pipeline that lists it.
+
+use std::collections::BTreeMap;
+
+use prometheus::Registry;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::{
+    Downstream, ExporterFanout, PIPELINE_INPUT_CAPACITY, PipelineInput, TraceBatch, TracesSink,
+};
+use crate::batcher::{BatchMetricFamilies, Batcher};
+use crate::config::{ComponentId, Config, ProcessorConfig, Signal};
+use crate::exporter::{ExporterError, ExporterMetricFamilies, TracesExporter};
+
+/// Failure to build the graph.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// An exporter could not be started.
+    #[error("exporters.{id}: {source}")]
+    Exporter {
+        /// The exporter's id.
+        id: ComponentId,
+        /// Why it failed.
+        #[source]
+        source: ExporterError,
+    },
+    /// Metric families could not be registered (a programming error).
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// The running stages behind the receivers: processor tasks and exporters.
+pub struct Pipelines {
+    /// The sink of each receiver that feeds at least one traces pipeline.
+    pub traces_sinks: BTreeMap<ComponentId, TracesSink>,
+    stage_tasks: Vec<JoinHandle<()>>,
+    exporters: Vec<(ComponentId, TracesExporter)>,
+}
+
+impl Pipelines {
+    /// Takes the processor tasks and exporters for the drain; see [`crate::shutdown`].
+    pub fn into_parts(self) -> (Vec<JoinHandle<()>>, Vec<(ComponentId, TracesExporter)>) {
+        (self.stage_tasks, self.exporters)
+    }
+}
+
+/// Starts every exporter and processor of the traces pipelines in `config`.
+///
+/// Must be called inside a tokio runtime.
+///
+/// # Errors
+///
+/// When an exporter cannot start (bad TLS files, for example).
+pub fn build_pipelines(config: &Config, registry: &Registry) -> Result<Pipelines, BuildError> {
+    let exporter_families = ExporterMetricFamilies::register(registry)?;
+    let batch_families = BatchMetricFamilies::register(registry)?;
+
+    let mut exporters: BTreeMap<ComponentId, TracesExporter> = BTreeMap::new();
+    let mut inputs: BTreeMap<ComponentId, Vec<PipelineInput>> = BTreeMap::new();
+    let mut stage_tasks = Vec::new();
+
+    for (pipeline_id, pipeline) in &config.service.pipelines {
+        if pipeline_id.signal != Signal::Traces {
+            continue;
+        }
+        let mut fanout = Vec::with_capacity(pipeline.exporters.len());
+        for id in &pipeline.exporters {
+            let exporter = match exporters.get(id) {
+                Some(exporter) => exporter.clone(),
+                None => {
+                    let Some(exporter_config) = config.exporters.get(id) else {
+                        continue; // validation guarantees it is defined
+                    };
+                    let exporter = TracesExporter::start(
+                        id,
+                        exporter_config,
+                        exporter_families.for_exporter(id),
+                    )
+                    .map_err(|source| BuildError::Exporter {
+                        id: id.clone(),
+                        source,
+                    })?;
+                    exporters.insert(id.clone(), exporter.clone());
+                    exporter
+                }
+            };
+            fanout.push((id.clone(), exporter));
+        }
+
+        // Wire the processors back to front, so each knows where its output goes.
+        let mut downstream = Downstream::Exporters(ExporterFanout::new(fanout));
+        for id in pipeline.processors.iter().rev() {
+            let Some(ProcessorConfig::Batch(batch)) = config.processors.get(id) else {
+                continue;
+            };
+            let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
+            let batcher = Batcher::new(batch.clone(), batch_families.for_processor(id));
+            stage_tasks.push(tokio::spawn(batcher.run(receiver, downstream)));
+            downstream = Downstream::Stage(sender);
+        }
+        let entry = match downstream {
+            Downstream::Stage(sender) => sender,
+            exporters_only @ Downstream::Exporters(_) => {
+                let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
+                stage_tasks.push(tokio::spawn(forward(receiver, exporters_only)));
+                sender
+            }
+        };
+        for receiver in &pipeline.receivers {
+            inputs
+                .entry(receiver.clone())
+                .or_default()
+                .push(PipelineInput::new(pipeline_id.clone(), entry.clone()));
+        }
+    }
+
+    Ok(Pipelines {
+        traces_sinks: inputs
+            .into_iter()
+            .map(|(id, inputs)| (id, TracesSink::new(inputs)))
+            .collect(),
+        stage_tasks,
+        exporters: exporters.into_iter().collect(),
+    })
+}
+
+/// The stage of a pipeline without processors: passes each request to the exporters,
+/// waiting for room in their queues.
+async fn forward(mut input: mpsc::Receiver<TraceBatch>, output: Downstream) {
+    while let Some(batch) = input.recv().await {
+        if !output.send(batch).await {
+            break;
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The receiver's self-metrics, with the Collector's names.
+
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+
+use crate::config::ComponentId;
+use crate::error::PipelineError;
+
+/// The transport a request came over: the `transport` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// OTLP/gRPC.
+    Grpc,
+    /// OTLP/HTTP.
+    Http,
+}
+
+impl Transport {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Grpc => "grpc",
+            Self::Http => "http",
+        }
+    }
+}
+
+/// The families, registered once per registry.
+#[derive(Clone)]
+pub struct ReceiverMetricFamilies {
+    accepted: IntCounterVec,
+    refused: IntCounterVec,
+    refused_requests: IntCounterVec,
+}
+
+impl ReceiverMetricFamilies {
+    /// Registers the families in `registry`.
+    ///
+    /// # Errors
+    ///
+    /// When they are already registered there.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let accepted = IntCounterVec::new(
+            Opts::new(
+                "otelcol_receiver_accepted_spans_total",
+                "Number of spans successfully pushed into the pipeline.",
+            ),
+            &["receiver", "transport"],
+        )?;
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "otelcol_receiver_refused_spans_total",
+                "Number of spans that could not be pushed into the pipeline.",
+            ),
+            &["receiver", "transport"],
+        )?;
+        let refused_requests = IntCounterVec::new(
+            Opts::new(
+                "tailgate_receiver_refused_requests_total",
+                "Number of requests refused, by reason: overloaded and shutting_down are \
+                 retryable, the others are client errors.",
+            ),
+            &["receiver", "transport", "reason"],
+        )?;
+        registry.register(Box::new(accepted.clone()))?;
+        registry.register(Box::new(refused.clone()))?;
+        registry.register(Box::new(refused_requests.clone()))?;
+        Ok(Self {
+            accepted,
+            refused,
+            refused_requests,
+        })
+    }
+
+    /// Handles bound to one receiver and transport.
+    pub fn for_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
+        let labels = [id.written.as_str(), transport.label()];
+        ReceiverMetrics {
+            accepted: self.accepted.with_label_values(&labels),
+            refused: self.refused.with_label_values(&labels),
+            refused_requests: self.refused_requests.clone(),
+            receiver: id.written.clone(),
+            transport,
+        }
+    }
+}
+
+/// One receiver transport's metric handles.
+#[derive(Clone)]
+pub struct ReceiverMetrics {
+    accepted: IntCounter,
+    refused: IntCounter,
+    refused_requests: IntCounterVec,
+    receiver: String,
+    transport: Transport,
+}
+
+impl ReceiverMetrics {
+    pub(super) fn record_accepted(&self, spans: usize) {
+        self.accepted.inc_by(spans as u64);
+    }
+
+    pub(super) fn record_refused(&self, spans: usize, error: &PipelineError) {
+        self.refused.inc_by(spans as u64);
+        self.refused_requests
+            .with_label_values(&[
+                self.receiver.as_str(),
+                self.transport.label(),
+                error.reason_label(),
+            ])
+            .inc();
+    }
+}

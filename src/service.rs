@@ -1,0 +1,180 @@
+//! Starting the whole gateway from a validated [`Config`]: bind every port, start the
+//! pipelines, serve, and hand back a [`Gateway`] that [`crate::shutdown`] drains.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use prometheus::Registry;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, ExtensionConfig, ReceiverConfig};
+use crate::net::{BindError, bind, local_addr};
+use crate::pipeline::{BuildError, Pipelines, TracesSink, build_pipelines};
+use crate::receiver::{ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http};
+use crate::telemetry::{self, Health, HealthState};
+
+/// Failure to start the gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A port could not be bound.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// The pipelines could not be built.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// Metric families could not be registered (a programming error).
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// The addresses the gateway listens on, once bound (ports chosen by the OS when the
+/// config says port 0).
+#[derive(Clone, Debug, Default)]
+pub struct BoundAddresses {
+    /// OTLP/gRPC address of each receiver, by receiver id.
+    pub grpc: BTreeMap<String, SocketAddr>,
+    /// OTLP/HTTP address of each receiver, by receiver id.
+    pub http: BTreeMap<String, SocketAddr>,
+    /// The `/metrics` address, if enabled.
+    pub metrics: Option<SocketAddr>,
+    /// The health endpoint address, if the extension is enabled.
+    pub health: Option<SocketAddr>,
+}
+
+/// A running gateway.
+pub struct Gateway {
+    /// Where it listens.
+    pub addresses: BoundAddresses,
+    /// Its health state.
+    pub health: Health,
+    /// Its metrics registry.
+    pub registry: Registry,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) stop_receivers: watch::Sender<bool>,
+    pub(crate) receiver_tasks: Vec<JoinHandle<()>>,
+    pub(crate) pipelines: Pipelines,
+    pub(crate) stop_telemetry: watch::Sender<bool>,
+    pub(crate) telemetry_tasks: Vec<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Binds every port, starts the pipelines and the servers, and reports ready.
+    ///
+    /// Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// When a port cannot be bound or an exporter cannot start; nothing keeps running then.
+    pub async fn start(config: Config) -> Result<Self, StartError> {
+        let registry = telemetry::new_registry()?;
+        let health = Health::new();
+        let (stop_receivers, receivers_stopped) = watch::channel(false);
+        let (stop_telemetry, telemetry_stopped) = watch::channel(false);
+        let mut addresses = BoundAddresses::default();
+        let mut telemetry_tasks = Vec::new();
+
+        // Bind everything before starting anything, so a port in use fails fast.
+        let mut grpc_listeners = Vec::new();
+        let mut http_listeners = Vec::new();
+        for (id, receiver) in &config.receivers {
+            let ReceiverConfig::Otlp(otlp) = receiver;
+            if let Some(grpc) = &otlp.grpc {
+                let what = format!("receivers.{id}.protocols.grpc");
+                let listener = bind(&what, &grpc.endpoint).await?;
+                addresses
+                    .grpc
+                    .insert(id.written.clone(), local_addr(&listener));
+                grpc_listeners.push((id.clone(), grpc.clone(), listener));
+            }
+            if let Some(http) = &otlp.http {
+                let what = format!("receivers.{id}.protocols.http");
+                let listener = bind(&what, &http.endpoint).await?;
+                addresses
+                    .http
+                    .insert(id.written.clone(), local_addr(&listener));
+                http_listeners.push((id.clone(), http.clone(), listener));
+            }
+        }
+        let metrics_listener = match &config.service.telemetry.metrics_address {
+            Some(address) => {
+                let listener = bind("service.telemetry.metrics", address).await?;
+                addresses.metrics = Some(local_addr(&listener));
+                Some(listener)
+            }
+            None => None,
+        };
+        let mut health_listener = None;
+        for id in &config.service.extensions {
+            if let Some(ExtensionConfig::HealthCheck(check)) = config.extensions.get(id) {
+                let listener = bind(&format!("extensions.{id}"), &check.endpoint).await?;
+                addresses.health = Some(local_addr(&listener));
+                health_listener = Some((listener, check.path.clone()));
+            }
+        }
+
+        if let Some(listener) = metrics_listener {
+            telemetry_tasks.push(tokio::spawn(telemetry::serve_metrics(
+                listener,
+                registry.clone(),
+                telemetry_stopped.clone(),
+            )));
+        }
+        if let Some((listener, path)) = health_listener {
+            telemetry_tasks.push(tokio::spawn(telemetry::serve_health(
+                listener,
+                path,
+                health.clone(),
+                telemetry_stopped.clone(),
+            )));
+        }
+
+        let mut pipelines = build_pipelines(&config, &registry)?;
+        let receiver_families = ReceiverMetricFamilies::register(&registry)?;
+        let sinks = std::mem::take(&mut pipelines.traces_sinks);
+
+        let mut receiver_tasks = Vec::new();
+        for (id, grpc, listener) in grpc_listeners {
+            let intake = TracesIntake::new(
+                sinks.get(&id).cloned().unwrap_or_else(TracesSink::default),
+                receiver_families.for_receiver(&id, Transport::Grpc),
+            );
+            tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener));
+            let stop = receivers_stopped.clone();
+            receiver_tasks.push(tokio::spawn(async move {
+                if let Err(error) = otlp_grpc::serve(listener, grpc, intake, stop).await {
+                    tracing::error!(event = "receiver.grpc.failed", receiver = %id, error = %error);
+                }
+            }));
+        }
+        for (id, http, listener) in http_listeners {
+            let intake = TracesIntake::new(
+                sinks.get(&id).cloned().unwrap_or_else(TracesSink::default),
+                receiver_families.for_receiver(&id, Transport::Http),
+            );
+            tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener));
+            receiver_tasks.push(tokio::spawn(otlp_http::serve(
+                listener,
+                http,
+                intake,
+                receivers_stopped.clone(),
+            )));
+        }
+        drop(sinks);
+
+        health.set(HealthState::Serving);
+        tracing::info!(event = "gateway.started", version = telemetry::VERSION);
+        Ok(Self {
+            addresses,
+            health,
+            registry,
+            shutdown_timeout: config.service.shutdown_timeout,
+            stop_receivers,
+            receiver_tasks,
+            pipelines,
+            stop_telemetry,
+            telemetry_tasks,
+        })
+    }
+}
