@@ -11,4 +11,5 @@ echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 
 echo "== cargo test"
-cargo test --all-targets --locked -- --test-threads=2
+# Two test threads: the machine has two cores and the integration tests run servers.
+RUST_TEST_THREADS=2 cargo test --all-targets --locked
