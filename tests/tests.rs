@@ -6,3 +6,4 @@ mod export_retry;
 mod sdk_e2e;
 mod shutdown;
 mod support;
+mod telemetry;

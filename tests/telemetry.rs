@@ -1,0 +1,102 @@
+//! Self-telemetry: the Collector's metric names on /metrics, and the health endpoint's
+//! answers through the gateway's life.
+
+use std::time::Duration;
+
+use crate::support::{self, OtlpSink, SinkBehavior};
+
+/// Scenario: a gateway serving traffic is scraped.
+/// Guarantees: every metric family the dashboards and alerts rely on is exposed under the
+/// Collector's name, with bounded labels (receiver, transport, exporter, processor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exposes_collector_metric_names() {
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let gateway = support::start_gateway(&support::gateway_config(sink.addr, "")).await;
+    let metrics = support::scrape(&gateway).await;
+    for family in [
+        "otelcol_receiver_accepted_spans_total",
+        "otelcol_receiver_refused_spans_total",
+        "otelcol_exporter_sent_spans_total",
+        "otelcol_exporter_send_failed_spans_total",
+        "otelcol_exporter_enqueue_failed_spans_total",
+        "otelcol_exporter_queue_size",
+        "otelcol_exporter_queue_capacity",
+        "otelcol_process_memory_rss",
+        "otelcol_process_cpu_seconds_total",
+        "otelcol_process_uptime_total",
+        "tailgate_build_info",
+        "tailgate_exporter_retries_total",
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {family} ")),
+            "{family} missing from /metrics:\n{metrics}"
+        );
+    }
+    assert_eq!(
+        support::metric_value(
+            &metrics,
+            "otelcol_exporter_queue_capacity",
+            &["exporter=\"otlp/sink\""]
+        ),
+        1000.0,
+        "the Collector's default queue_size"
+    );
+    assert!(support::metric_value(&metrics, "otelcol_process_memory_rss", &[]) > 0.0);
+    gateway.shutdown().await;
+}
+
+/// Scenario: the health endpoint is polled while the gateway serves, then while it drains
+/// a queue towards a sink that is down.
+/// Guarantees: 200 while serving; 503 while draining (so Kubernetes stops routing to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_serving_then_draining() {
+    let sink = OtlpSink::start(SinkBehavior::RefuseFor(Duration::from_secs(3600))).await;
+    let config = support::gateway_config(
+        sink.addr,
+        "    retry_on_failure:\n      initial_interval: 50ms\n",
+    );
+    let gateway = support::start_gateway(&config).await;
+    let health_url = format!(
+        "http://{}/",
+        gateway.addresses.health.expect("health enabled")
+    );
+    let (status, body) = support::reqwest_get(&health_url).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("Server available"), "{body}");
+
+    // Queue one span for the dead sink, so the drain has something to wait for.
+    let url = format!("http://{}/v1/traces", support::http_addr(&gateway));
+    let request = serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "held"
+    }]}]}]});
+    let posted = tokio::task::spawn_blocking(move || {
+        reqwest::blocking::Client::new()
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(request.to_string())
+            .send()
+            .expect("POST")
+            .status()
+            .as_u16()
+    })
+    .await
+    .expect("POST task");
+    assert_eq!(posted, 200);
+
+    let health = gateway.health.clone();
+    let drain = tokio::spawn(gateway.shutdown_within(Duration::from_secs(3)));
+    let draining = support::eventually(Duration::from_secs(2), || {
+        let url = health_url.clone();
+        async move { support::reqwest_get(&url).await.0 == 503 }
+    })
+    .await;
+    assert!(draining, "health answers 503 while draining");
+    assert_eq!(health.get(), tailgate::telemetry::HealthState::Draining);
+    let report = drain.await.expect("drain task");
+    assert_eq!(
+        report.dropped_spans, 1,
+        "the undeliverable span is counted, not lost silently"
+    );
+}
