@@ -28,6 +28,7 @@ pub mod net;
 pub mod otlp;
 pub mod pipeline;
 pub mod receiver;
+pub mod sampler;
 pub mod service;
 pub mod shutdown;
 pub mod telemetry;

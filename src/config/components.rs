@@ -273,13 +273,21 @@ fn url_path(problems: &mut Problems, fields: &Fields<'_>, key: &str) -> Option<S
 
 // === processors ===
 
-/// `processors.batch`.
+/// `processors.batch` and `processors.tail_sampling`.
 pub(crate) fn processor(
     problems: &mut Problems,
-    _id: &ComponentId,
+    id: &ComponentId,
     path: &str,
     value: Option<&Value>,
 ) -> ProcessorConfig {
+    match id.kind.as_str() {
+        "tail_sampling" => super::tail_sampling::processor(problems, path, value),
+        _ => batch_processor(problems, path, value),
+    }
+}
+
+/// `processors.batch`.
+fn batch_processor(problems: &mut Problems, path: &str, value: Option<&Value>) -> ProcessorConfig {
     let batch = Fields::open(
         problems,
         path,

@@ -54,6 +54,28 @@ pub(crate) const BATCH_SEND_BATCH_MAX_BYTES: usize = 4 * MIB - 64 * 1024;
 /// could not hold one ordinary span.
 pub(crate) const BATCH_SEND_BATCH_MAX_BYTES_MIN: usize = 1024;
 
+/// `processors.tail_sampling.decision_wait`.
+pub(crate) const TAIL_DECISION_WAIT: Duration = Duration::from_secs(30);
+
+/// `processors.tail_sampling.num_traces`.
+pub(crate) const TAIL_NUM_TRACES: usize = 50_000;
+
+/// `processors.tail_sampling.decision_cache.sampled_cache_size`. The Collector's default is
+/// 0 (off); tailgate keeps a cache by default so that late spans of kept traces follow them
+/// instead of starting a new, partial trace (see `docs/compatibility.md`).
+pub(crate) const TAIL_SAMPLED_CACHE_SIZE: usize = 100_000;
+
+/// `processors.tail_sampling.decision_cache.non_sampled_cache_size`. The Collector's default
+/// is 0 (off); see [`TAIL_SAMPLED_CACHE_SIZE`].
+pub(crate) const TAIL_NON_SAMPLED_CACHE_SIZE: usize = 1_000_000;
+
+/// `processors.tail_sampling.policies[].string_attribute.cache_max_size` (the Collector's
+/// `defaultCacheSize`).
+pub(crate) const TAIL_STRING_CACHE_MAX_SIZE: usize = 128;
+
+/// `processors.tail_sampling.sampling_strategy`: the only strategy tailgate implements.
+pub(crate) const TAIL_SAMPLING_STRATEGY: &str = "trace-complete";
+
 /// `exporters.<otlp>.compression`.
 pub(crate) const EXPORTER_COMPRESSION: crate::config::Compression =
     crate::config::Compression::Gzip;

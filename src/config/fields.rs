@@ -144,6 +144,23 @@ impl<'v> Fields<'v> {
         parsed
     }
 
+    /// A signed integer.
+    pub(crate) fn int(&self, problems: &mut Problems, key: &str) -> Option<i64> {
+        let value = self.value(key)?;
+        let parsed = match value {
+            Value::Int(i) => Some(*i),
+            Value::Env(text) => text.trim().parse::<i64>().ok(),
+            _ => None,
+        };
+        if parsed.is_none() {
+            problems.add(
+                self.key_path(key),
+                format!("expected an integer, found {}", value.describe()),
+            );
+        }
+        parsed
+    }
+
     /// A boolean.
     pub(crate) fn boolean(&self, problems: &mut Problems, key: &str) -> Option<bool> {
         let value = self.value(key)?;

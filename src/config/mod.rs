@@ -56,6 +56,7 @@ mod fields;
 mod ids;
 mod render;
 mod service;
+mod tail_sampling;
 mod types;
 mod value;
 

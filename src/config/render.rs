@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use super::duration;
 use super::{
     ComponentId, Compression, Config, ExporterConfig, ExtensionConfig, LogEncoding, LogLevel,
-    OtlpExporterConfig, ProcessorConfig, ReceiverConfig, Verbosity,
+    OtlpExporterConfig, PolicyConfig, PolicyKind, ProcessorConfig, ReceiverConfig, StatusCodeName,
+    TailSamplingConfig, Verbosity,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -68,6 +69,7 @@ pub fn render(config: &Config) -> String {
                 out.plain(2, "send_batch_max_size_bytes", batch.send_batch_max_bytes);
                 out.plain(2, "timeout", duration::format(batch.timeout));
             }
+            ProcessorConfig::TailSampling(tail) => tail_sampling(&mut out, tail),
         }
     }
 
@@ -139,6 +141,229 @@ pub fn render(config: &Config) -> String {
     );
 
     out.text
+}
+
+fn tail_sampling(out: &mut Out, tail: &TailSamplingConfig) {
+    out.plain(2, "decision_wait", duration::format(tail.decision_wait));
+    out.plain(
+        2,
+        "decision_wait_after_root_received",
+        tail.decision_wait_after_root_received
+            .map_or_else(|| "0s".to_owned(), duration::format),
+    );
+    out.plain(2, "num_traces", tail.num_traces);
+    out.plain(
+        2,
+        "expected_new_traces_per_sec",
+        tail.expected_new_traces_per_sec,
+    );
+    out.line(2, "decision_cache:");
+    out.plain(3, "sampled_cache_size", tail.sampled_cache_size);
+    out.plain(3, "non_sampled_cache_size", tail.non_sampled_cache_size);
+    out.plain(2, "sample_on_first_match", tail.sample_on_first_match);
+    out.plain(
+        2,
+        "drop_pending_traces_on_shutdown",
+        tail.drop_pending_traces_on_shutdown,
+    );
+    out.plain(
+        2,
+        "maximum_trace_size_bytes",
+        tail.maximum_trace_size_bytes.map_or(0, |max| max.get()),
+    );
+    out.plain(2, "block_on_overflow", tail.block_on_overflow);
+    out.plain(2, "record_policy", tail.record_policy);
+    out.line(2, "policies:");
+    for policy in &tail.policies {
+        render_policy(out, 3, policy);
+    }
+}
+
+/// One policy as a list item at `depth`: `- name: ...`, its keys one level deeper.
+fn render_policy(out: &mut Out, depth: usize, policy: &PolicyConfig) {
+    out.line(depth, &format!("- name: {}", quote_value(&policy.name)));
+    let d = depth + 1;
+    let s = d + 1;
+    let type_name = match &policy.kind {
+        PolicyKind::AlwaysSample => "always_sample",
+        PolicyKind::Latency { .. } => "latency",
+        PolicyKind::NumericAttribute { .. } => "numeric_attribute",
+        PolicyKind::Probabilistic { .. } => "probabilistic",
+        PolicyKind::StatusCode { .. } => "status_code",
+        PolicyKind::StringAttribute { .. } => "string_attribute",
+        PolicyKind::BooleanAttribute { .. } => "boolean_attribute",
+        PolicyKind::TraceState { .. } => "trace_state",
+        PolicyKind::TraceFlags => "trace_flags",
+        PolicyKind::RateLimiting { .. } => "rate_limiting",
+        PolicyKind::BytesLimiting { .. } => "bytes_limiting",
+        PolicyKind::SpanCount { .. } => "span_count",
+        PolicyKind::And { .. } => "and",
+        PolicyKind::Not { .. } => "not",
+        PolicyKind::Drop { .. } => "drop",
+        PolicyKind::Composite { .. } => "composite",
+    };
+    out.plain(d, "type", type_name);
+    match &policy.kind {
+        PolicyKind::AlwaysSample | PolicyKind::TraceFlags => {}
+        PolicyKind::Latency {
+            threshold_ms,
+            upper_threshold_ms,
+        } => {
+            out.line(d, "latency:");
+            out.plain(s, "threshold_ms", threshold_ms);
+            out.plain(s, "upper_threshold_ms", upper_threshold_ms.unwrap_or(0));
+        }
+        PolicyKind::NumericAttribute {
+            key,
+            min_value,
+            max_value,
+            invert_match,
+        } => {
+            out.line(d, "numeric_attribute:");
+            out.string(s, "key", key);
+            out.plain(s, "min_value", min_value.unwrap_or(0));
+            out.plain(s, "max_value", max_value.unwrap_or(0));
+            out.plain(s, "invert_match", invert_match);
+        }
+        PolicyKind::Probabilistic {
+            sampling_percentage,
+            hash_salt,
+        } => {
+            out.line(d, "probabilistic:");
+            out.plain(s, "sampling_percentage", format!("{sampling_percentage:?}"));
+            if let Some(salt) = hash_salt {
+                out.string(s, "hash_salt", salt);
+            }
+        }
+        PolicyKind::StatusCode { status_codes } => {
+            out.line(d, "status_code:");
+            let names: Vec<String> = status_codes
+                .iter()
+                .map(|code| {
+                    match code {
+                        StatusCodeName::Ok => "OK",
+                        StatusCodeName::Error => "ERROR",
+                        StatusCodeName::Unset => "UNSET",
+                    }
+                    .to_owned()
+                })
+                .collect();
+            out.strings(s, "status_codes", &names);
+        }
+        PolicyKind::StringAttribute {
+            key,
+            values,
+            enabled_regex_matching,
+            cache_max_size,
+            invert_match,
+        } => {
+            out.line(d, "string_attribute:");
+            out.string(s, "key", key);
+            out.strings(s, "values", values);
+            out.plain(s, "enabled_regex_matching", enabled_regex_matching);
+            out.plain(s, "cache_max_size", cache_max_size);
+            out.plain(s, "invert_match", invert_match);
+        }
+        PolicyKind::BooleanAttribute {
+            key,
+            value,
+            invert_match,
+        } => {
+            out.line(d, "boolean_attribute:");
+            out.string(s, "key", key);
+            out.plain(s, "value", value);
+            out.plain(s, "invert_match", invert_match);
+        }
+        PolicyKind::TraceState { key, values } => {
+            out.line(d, "trace_state:");
+            out.string(s, "key", key);
+            out.strings(s, "values", values);
+        }
+        PolicyKind::RateLimiting {
+            spans_per_second,
+            burst_capacity,
+        } => {
+            out.line(d, "rate_limiting:");
+            out.plain(s, "spans_per_second", spans_per_second);
+            out.plain(s, "burst_capacity", burst_capacity.unwrap_or(0));
+        }
+        PolicyKind::BytesLimiting {
+            bytes_per_second,
+            burst_capacity,
+        } => {
+            out.line(d, "bytes_limiting:");
+            out.plain(s, "bytes_per_second", bytes_per_second);
+            out.plain(s, "burst_capacity", burst_capacity.unwrap_or(0));
+        }
+        PolicyKind::SpanCount {
+            min_spans,
+            max_spans,
+        } => {
+            out.line(d, "span_count:");
+            out.plain(s, "min_spans", min_spans);
+            out.plain(s, "max_spans", max_spans.unwrap_or(0));
+        }
+        PolicyKind::And { sub_policies } => {
+            out.line(d, "and:");
+            out.line(s, "and_sub_policy:");
+            for sub in sub_policies {
+                render_policy(out, s + 1, sub);
+            }
+        }
+        PolicyKind::Drop { sub_policies } => {
+            out.line(d, "drop:");
+            out.line(s, "drop_sub_policy:");
+            for sub in sub_policies {
+                render_policy(out, s + 1, sub);
+            }
+        }
+        PolicyKind::Not { sub_policy } => {
+            out.line(d, "not:");
+            out.line(s, "not_sub_policy:");
+            // `not_sub_policy` is one mapping, not a list.
+            render_policy_mapping(out, s + 1, sub_policy);
+        }
+        PolicyKind::Composite {
+            max_total_spans_per_second,
+            policy_order,
+            sub_policies,
+            rate_allocation,
+        } => {
+            out.line(d, "composite:");
+            out.plain(s, "max_total_spans_per_second", max_total_spans_per_second);
+            out.strings(s, "policy_order", policy_order);
+            out.line(s, "composite_sub_policy:");
+            for sub in sub_policies {
+                render_policy(out, s + 1, sub);
+            }
+            if rate_allocation.is_empty() {
+                out.line(s, "rate_allocation: []");
+            } else {
+                out.line(s, "rate_allocation:");
+                for (policy, percent) in rate_allocation {
+                    out.line(s + 1, &format!("- policy: {}", quote_value(policy)));
+                    out.plain(s + 2, "percent", format!("{percent:?}"));
+                }
+            }
+        }
+    }
+}
+
+/// A policy as a plain mapping at `depth` (for `not_sub_policy`): rendered as a list item
+/// one level up, with the dash replaced by a space, which YAML reads as the same keys.
+fn render_policy_mapping(out: &mut Out, depth: usize, policy: &PolicyConfig) {
+    let mut item = Out::default();
+    render_policy(&mut item, depth.saturating_sub(1), policy);
+    let prefix = format!("{:width$}- ", "", width = depth.saturating_sub(1) * 2);
+    let replacement = format!("{:width$}", "", width = depth * 2);
+    for (i, line) in item.text.lines().enumerate() {
+        let line = match line.strip_prefix(&prefix) {
+            Some(rest) if i == 0 => format!("{replacement}{rest}"),
+            _ => line.to_owned(),
+        };
+        out.text.push_str(&line);
+        out.text.push('\n');
+    }
 }
 
 fn otlp_exporter(out: &mut Out, otlp: &OtlpExporterConfig, http: bool) {

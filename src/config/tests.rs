@@ -158,8 +158,10 @@ fn otlp_receiver(config: &Config) -> OtlpReceiverConfig {
 }
 
 fn batch(config: &Config) -> BatchConfig {
-    let ProcessorConfig::Batch(batch) = &config.processors[&id("batch")];
-    batch.clone()
+    match &config.processors[&id("batch")] {
+        ProcessorConfig::Batch(batch) => batch.clone(),
+        other => panic!("batch is not a batch processor: {other:?}"),
+    }
 }
 
 // === defaults ===
@@ -462,8 +464,6 @@ fn unknown_and_unsupported_types() {
 receivers:
   jaeger:
 processors:
-  tail_sampling:
-    decision_wait: 30s
   memory_limiter:
   filter/x:
 exporters:
@@ -475,14 +475,13 @@ extensions:
 service:
   pipelines:
     traces:
-      processors: [memory_limiter, tail_sampling]
+      processors: [memory_limiter]
 "
         ),
         [
             "receivers.jaeger: unknown receiver type \"jaeger\" (known: otlp)",
-            "processors.filter/x: unknown processor type \"filter\" (known: batch)",
+            "processors.filter/x: unknown processor type \"filter\" (known: batch, tail_sampling)",
             "processors.memory_limiter: processor type \"memory_limiter\" is not supported yet by this version of tailgate; remove it",
-            "processors.tail_sampling: processor type \"tail_sampling\" is not supported yet by this version of tailgate; remove it",
             "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug)",
             "connectors.spanmetrics: connector type \"spanmetrics\" is not supported yet by this version of tailgate; remove it",
             "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check)",
@@ -1491,4 +1490,243 @@ fn expand_whole_and_partial() {
         Ok(Expanded::Whole("x:y".into()))
     );
     assert_eq!(expand_str("a$", &env), Ok(Expanded::Text("a$".into())));
+}
+
+// === tail_sampling ===
+
+/// A `tail_sampling` processor in a traces pipeline, over `MINIMAL`.
+fn tail_overlay(body: &str) -> String {
+    format!(
+        "processors:\n  tail_sampling:\n{body}\nservice:\n  pipelines:\n    traces:\n      processors: [tail_sampling]\n"
+    )
+}
+
+fn tail(config: &Config) -> TailSamplingConfig {
+    match &config.processors[&id("tail_sampling")] {
+        ProcessorConfig::TailSampling(tail) => tail.clone(),
+        other => panic!("not tail_sampling: {other:?}"),
+    }
+}
+
+/// A Collector tail_sampling config using every policy type.
+const TAIL_EVERY_POLICY: &str = "    decision_wait: 10s
+    num_traces: 100
+    expected_new_traces_per_sec: 10
+    sampling_strategy: trace-complete
+    num_shards: 4
+    decision_cache:
+      sampled_cache_size: 500
+    policies:
+      - {name: all, type: always_sample}
+      - {name: slow, type: latency, latency: {threshold_ms: 5000, upper_threshold_ms: 10000}}
+      - {name: num, type: numeric_attribute, numeric_attribute: {key: key1, min_value: 50, max_value: 100}}
+      - {name: prob, type: probabilistic, probabilistic: {sampling_percentage: 10}}
+      - {name: salted, type: probabilistic, probabilistic: {hash_salt: 'custom-salt', sampling_percentage: 12.5}}
+      - {name: errors, type: status_code, status_code: {status_codes: [ERROR, UNSET]}}
+      - {name: str, type: string_attribute, string_attribute: {key: key2, values: [value1, value2]}}
+      - {name: re, type: string_attribute, string_attribute: {key: key2, values: ['value.*'], enabled_regex_matching: true, cache_max_size: 10, invert_match: true}}
+      - {name: bool, type: boolean_attribute, boolean_attribute: {key: key4, value: true}}
+      - {name: ts, type: trace_state, trace_state: {key: key3, values: [value1, value2]}}
+      - {name: flags, type: trace_flags}
+      - {name: rate, type: rate_limiting, rate_limiting: {spans_per_second: 35}}
+      - {name: bytes, type: bytes_limiting, bytes_limiting: {bytes_per_second: 1024, burst_capacity: 4096}}
+      - {name: count, type: span_count, span_count: {min_spans: 2, max_spans: 20}}
+      - name: and
+        type: and
+        and:
+          and_sub_policy:
+            - {name: sub-num, type: numeric_attribute, numeric_attribute: {key: key1, min_value: 50}}
+            - {name: sub-str, type: string_attribute, string_attribute: {key: key2, values: [a]}}
+      - name: not
+        type: not
+        not:
+          not_sub_policy: {name: health, type: string_attribute, string_attribute: {key: http.route, values: [/health]}}
+      - name: drop
+        type: drop
+        drop:
+          drop_sub_policy:
+            - {name: d, type: string_attribute, string_attribute: {key: url.path, values: [/ping]}}
+      - name: composite
+        type: composite
+        composite:
+          max_total_spans_per_second: 1000
+          policy_order: [c-errors, c-all]
+          composite_sub_policy:
+            - {name: c-errors, type: status_code, status_code: {status_codes: [ERROR]}}
+            - {name: c-all, type: always_sample}
+          rate_allocation:
+            - {policy: c-errors, percent: 50}
+            - {policy: c-all, percent: 25}";
+
+/// Scenario: the Collector's example tail_sampling config with every policy type.
+/// Guarantees: it loads; defaults fill what is not written (30s wait is overridden, root
+/// wait off, tailgate's cache sizes, flags false); each policy keeps its settings, with 0
+/// bounds as none and an equal/zero allocation as written.
+#[test]
+fn tail_sampling_loads_every_policy() {
+    let tail = tail(&load_over(&tail_overlay(TAIL_EVERY_POLICY)));
+    assert_eq!(tail.decision_wait, Duration::from_secs(10));
+    assert_eq!(tail.decision_wait_after_root_received, None);
+    assert_eq!(tail.num_traces, nz(100));
+    assert_eq!(tail.expected_new_traces_per_sec, 10);
+    assert_eq!(tail.sampled_cache_size, 500);
+    assert_eq!(tail.non_sampled_cache_size, 1_000_000);
+    assert!(!tail.sample_on_first_match && !tail.block_on_overflow && !tail.record_policy);
+    assert_eq!(tail.maximum_trace_size_bytes, None);
+    assert_eq!(tail.policies.len(), 18);
+    assert_eq!(
+        tail.policies[1].kind,
+        PolicyKind::Latency {
+            threshold_ms: 5000,
+            upper_threshold_ms: Some(10000)
+        }
+    );
+    assert_eq!(
+        tail.policies[4].kind,
+        PolicyKind::Probabilistic {
+            sampling_percentage: 12.5,
+            hash_salt: Some("custom-salt".into())
+        }
+    );
+    assert_eq!(
+        tail.policies[5].kind,
+        PolicyKind::StatusCode {
+            status_codes: vec![StatusCodeName::Error, StatusCodeName::Unset]
+        }
+    );
+    let PolicyKind::And { sub_policies } = &tail.policies[14].kind else {
+        panic!("and: {:?}", tail.policies[14]);
+    };
+    assert_eq!(
+        sub_policies[0].kind,
+        PolicyKind::NumericAttribute {
+            key: "key1".into(),
+            min_value: Some(50),
+            max_value: None,
+            invert_match: false
+        }
+    );
+    let PolicyKind::Composite {
+        rate_allocation,
+        sub_policies,
+        ..
+    } = &tail.policies[17].kind
+    else {
+        panic!("composite: {:?}", tail.policies[17]);
+    };
+    assert_eq!(sub_policies.len(), 2);
+    assert_eq!(
+        rate_allocation,
+        &[("c-errors".to_owned(), 50.0), ("c-all".to_owned(), 25.0)]
+    );
+    assert!(crate::sampler::policy::PolicySet::compile(&tail).is_ok());
+}
+
+/// Scenario: a tail_sampling config with a mistake in many places at once.
+/// Guarantees: every problem is reported with its exact path, including inside
+/// sub-policies; OTTL, span-ingest and tail_storage are refused with advice; an unknown
+/// type lists the known ones; duplicate names are refused.
+#[test]
+fn tail_sampling_errors_have_paths() {
+    let problems = problems_with(&tail_overlay(
+        "    sampling_strategy: span-ingest
+    tail_storage: x
+    num_traces: 0
+    policies:
+      - {name: a, type: probabilistic, probabilistic: {sampling_percentage: 150}}
+      - {name: a, type: always_sample}
+      - {name: o, type: ottl_condition, ottl_condition: {span: ['true']}}
+      - {name: u, type: sometimes}
+      - {name: '', type: status_code, status_code: {status_codes: [FAIL]}}
+      - {name: l, type: latency, latency: {threshold_ms: 10}, status_code: {status_codes: [ERROR]}}
+      - name: x
+        type: and
+        and:
+          and_sub_policy:
+            - {name: bad-re, type: string_attribute, string_attribute: {key: k, values: ['('], enabled_regex_matching: true}}
+            - {name: d, type: drop, drop: {drop_sub_policy: [{name: z, type: always_sample}]}}
+      - {name: num, type: numeric_attribute, numeric_attribute: {key: k}}
+      - name: c
+        type: composite
+        composite:
+          max_total_spans_per_second: 0
+          composite_sub_policy: [{name: s1, type: always_sample}]
+          rate_allocation: [{policy: s2, percent: 50}]",
+    ));
+    let expect = [
+        "processors.tail_sampling.num_traces: must be at least 1",
+        "processors.tail_sampling.sampling_strategy: \"span-ingest\" is not supported by tailgate",
+        "processors.tail_sampling.tail_storage: tail storage extensions are not supported",
+        "processors.tail_sampling.policies[0].probabilistic.sampling_percentage: must be between 0 and 100",
+        "processors.tail_sampling.policies[1].name: duplicate policy name \"a\" (also policies[0])",
+        "processors.tail_sampling.policies[2].type: OTTL conditions are not supported by tailgate: use the typed policies",
+        "processors.tail_sampling.policies[3].type: unknown policy type \"sometimes\" (known: always_sample, latency,",
+        "processors.tail_sampling.policies[4].name: must be set to a non-empty policy name",
+        "processors.tail_sampling.policies[4].status_code.status_codes[0]: unknown status code \"FAIL\" (known: OK, ERROR, UNSET)",
+        "processors.tail_sampling.policies[5].status_code: settings for type status_code, but this policy's type is latency",
+        "processors.tail_sampling.policies[6].and.and_sub_policy[0].string_attribute.values[0]: invalid regular expression",
+        "processors.tail_sampling.policies[6].and.and_sub_policy[1].type: a drop policy is allowed only at the top level",
+        "processors.tail_sampling.policies[7].numeric_attribute: set min_value and/or max_value",
+        "processors.tail_sampling.policies[8].composite.max_total_spans_per_second: must be at least 1",
+        "processors.tail_sampling.policies[8].composite.rate_allocation[0].policy: \"s2\" is not the name of a composite_sub_policy",
+    ];
+    for want in expect {
+        assert!(
+            problems.iter().any(|p| p.starts_with(want)),
+            "missing {want:?} in:\n{}",
+            problems.join("\n")
+        );
+    }
+    assert_eq!(problems.len(), expect.len(), "{}", problems.join("\n"));
+}
+
+/// Scenario: a tail_sampling processor with no policies, and one with an empty list.
+/// Guarantees: both are refused at `policies`.
+#[test]
+fn tail_sampling_needs_policies() {
+    assert_eq!(
+        problems_with(&tail_overlay("    decision_wait: 5s")),
+        [
+            "processors.tail_sampling.policies: must list at least one policy, e.g. `- {name: errors, type: status_code, status_code: {status_codes: [ERROR]}}`"
+        ]
+    );
+    assert_eq!(
+        problems_with(&tail_overlay("    policies: []")),
+        ["processors.tail_sampling.policies: must list at least one policy"]
+    );
+}
+
+/// Scenario: the every-policy config and one with every top-level setting changed are
+/// rendered and read back.
+/// Guarantees: `load(render(c)) == c` and rendering is stable.
+#[test]
+fn tail_sampling_render_round_trips() {
+    let settings = "    decision_wait: 1m
+    decision_wait_after_root_received: 2s
+    num_traces: 7
+    decision_cache: {sampled_cache_size: 0, non_sampled_cache_size: 3}
+    sample_on_first_match: true
+    drop_pending_traces_on_shutdown: true
+    maximum_trace_size_bytes: 1048576
+    block_on_overflow: true
+    record_policy: true
+    policies:
+      - {name: 'odd \"$$name\"', type: probabilistic, probabilistic: {sampling_percentage: 0.5}}";
+    for body in [TAIL_EVERY_POLICY, settings] {
+        let config = load_over(&tail_overlay(body));
+        let rendered = render(&config);
+        let again = match load_str_with_env(&[&rendered], &no_env) {
+            Ok(again) => again,
+            Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
+        };
+        assert_eq!(again, config, "round trip of:\n{rendered}");
+        assert_eq!(render(&again), rendered);
+    }
+    let tail = tail(&load_over(&tail_overlay(settings)));
+    assert_eq!(tail.policies[0].name, "odd \"$name\"");
+    assert_eq!(
+        tail.decision_wait_after_root_received,
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(tail.maximum_trace_size_bytes, Some(nz(1 << 20)));
 }

@@ -105,6 +105,8 @@ pub struct CorsConfig {
 pub enum ProcessorConfig {
     /// `batch`.
     Batch(BatchConfig),
+    /// `tail_sampling`.
+    TailSampling(TailSamplingConfig),
 }
 
 /// `processors.batch`.
@@ -120,6 +122,199 @@ pub struct BatchConfig {
     /// `timeout` (default 200ms): a partial batch is sent this long after its first item.
     /// Zero sends at once.
     pub timeout: Duration,
+}
+
+/// `processors.tail_sampling`: spans are held per trace and the trace is decided by
+/// [`policies`](Self::policies) once `decision_wait` has passed since its first span.
+///
+/// Keys and defaults are the Collector's, except where noted (see `docs/compatibility.md`).
+/// `sampling_strategy` (only `trace-complete`) and `num_shards` (tailgate shards by itself)
+/// are checked and not kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TailSamplingConfig {
+    /// `decision_wait` (default 30s): how long after a trace's first span it is decided.
+    /// Memory held grows linearly with it at a given ingest rate.
+    pub decision_wait: Duration,
+    /// `decision_wait_after_root_received` (default 0s = off): once the root span (no
+    /// parent) arrives, decide this long after it if that is sooner.
+    pub decision_wait_after_root_received: Option<Duration>,
+    /// `num_traces` (default 50000): the most traces held undecided. At the limit the oldest
+    /// is decided early (the Collector evicts it undecided), unless `block_on_overflow`.
+    pub num_traces: NonZeroUsize,
+    /// `expected_new_traces_per_sec` (default 0): a capacity hint only.
+    pub expected_new_traces_per_sec: usize,
+    /// `decision_cache.sampled_cache_size` (tailgate's default 100000; the Collector's is
+    /// 0 = off): trace ids recently kept, so late spans follow at once. 0 turns it off.
+    pub sampled_cache_size: usize,
+    /// `decision_cache.non_sampled_cache_size` (tailgate's default 1000000; the
+    /// Collector's is 0 = off): trace ids recently dropped, so late spans are dropped at
+    /// once. 0 turns it off.
+    pub non_sampled_cache_size: usize,
+    /// `sample_on_first_match` (default false): stop evaluating at the first policy that
+    /// votes to sample.
+    pub sample_on_first_match: bool,
+    /// `drop_pending_traces_on_shutdown` (default false): on shutdown drop undecided traces
+    /// instead of deciding them on the spans received so far.
+    pub drop_pending_traces_on_shutdown: bool,
+    /// `maximum_trace_size_bytes` (default 0 = off): a trace whose encoded spans exceed this
+    /// is decided not sampled at once.
+    pub maximum_trace_size_bytes: Option<NonZeroUsize>,
+    /// `block_on_overflow` (default false): at `num_traces`, refuse intake (retryably)
+    /// instead of deciding the oldest trace early.
+    pub block_on_overflow: bool,
+    /// `record_policy` (tailgate's key for the Collector's `recordpolicy` feature gate,
+    /// default false): write `tailsampling.policy` on the scope of kept spans.
+    pub record_policy: bool,
+    /// `policies`: at least one; names non-empty and unique.
+    pub policies: Vec<PolicyConfig>,
+}
+
+/// One policy of `tail_sampling.policies` (or a sub-policy of `and`, `not`, `drop` or
+/// `composite`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyConfig {
+    /// `name`: non-empty; unique among its siblings. Used in metric labels and
+    /// `tailsampling.policy`.
+    pub name: String,
+    /// `type` and its settings.
+    pub kind: PolicyKind,
+}
+
+/// A policy's `type` and the settings under the key of the same name.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyKind {
+    /// `always_sample`.
+    AlwaysSample,
+    /// `latency`: the trace's duration (latest span end minus earliest span start) is at
+    /// least `threshold_ms`, or with an upper bound in (`threshold_ms`, `upper_threshold_ms`].
+    Latency {
+        /// `threshold_ms`.
+        threshold_ms: u64,
+        /// `upper_threshold_ms` (0 = none).
+        upper_threshold_ms: Option<u64>,
+    },
+    /// `numeric_attribute`: a resource or span attribute read as an integer lies in
+    /// [`min_value`, `max_value`]; a 0 (or absent) bound means unbounded, as in the Collector.
+    NumericAttribute {
+        /// `key`.
+        key: String,
+        /// `min_value` (0 = none).
+        min_value: Option<i64>,
+        /// `max_value` (0 = none).
+        max_value: Option<i64>,
+        /// `invert_match`: sample when no resource or span matches.
+        invert_match: bool,
+    },
+    /// `probabilistic`: keep `sampling_percentage` % of traces by trace id.
+    Probabilistic {
+        /// `sampling_percentage`, 0 to 100.
+        sampling_percentage: f64,
+        /// `hash_salt`: when set (non-empty), the Collector's FNV-1a hash of salt and trace
+        /// id decides; when unset, OpenTelemetry consistent probability (`R >= T`, `th`
+        /// written on kept spans).
+        hash_salt: Option<String>,
+    },
+    /// `status_code`: any span's status is one of `status_codes`.
+    StatusCode {
+        /// `status_codes`: at least one.
+        status_codes: Vec<StatusCodeName>,
+    },
+    /// `string_attribute`: a resource or span string attribute equals one of `values` (or
+    /// matches one of them as a regular expression).
+    StringAttribute {
+        /// `key`.
+        key: String,
+        /// `values`: at least one.
+        values: Vec<String>,
+        /// `enabled_regex_matching`: `values` are regular expressions, matched anywhere in
+        /// the value (as Go's `MatchString`).
+        enabled_regex_matching: bool,
+        /// `cache_max_size` (default 128): accepted; tailgate matches all expressions in one
+        /// pass of a compiled set and keeps no result cache.
+        cache_max_size: usize,
+        /// `invert_match`: sample when no resource or span matches.
+        invert_match: bool,
+    },
+    /// `boolean_attribute`: a resource or span boolean attribute equals `value`.
+    BooleanAttribute {
+        /// `key`.
+        key: String,
+        /// `value`.
+        value: bool,
+        /// `invert_match`: sample when no resource or span matches.
+        invert_match: bool,
+    },
+    /// `trace_state`: any span's W3C tracestate has `key` with one of `values`.
+    TraceState {
+        /// `key`.
+        key: String,
+        /// `values`: at least one.
+        values: Vec<String>,
+    },
+    /// `trace_flags`: any span has the W3C sampled flag.
+    TraceFlags,
+    /// `rate_limiting`: a token bucket of spans.
+    RateLimiting {
+        /// `spans_per_second`: the refill rate.
+        spans_per_second: u64,
+        /// `burst_capacity` (0/absent = twice the rate): the bucket size.
+        burst_capacity: Option<u64>,
+    },
+    /// `bytes_limiting`: a token bucket of encoded span bytes.
+    BytesLimiting {
+        /// `bytes_per_second`: the refill rate.
+        bytes_per_second: u64,
+        /// `burst_capacity` (0/absent = twice the rate): the bucket size.
+        burst_capacity: Option<u64>,
+    },
+    /// `span_count`: the trace has at least `min_spans` and at most `max_spans` spans.
+    SpanCount {
+        /// `min_spans`.
+        min_spans: u64,
+        /// `max_spans` (0 = unbounded).
+        max_spans: Option<u64>,
+    },
+    /// `and`: every sub-policy votes to sample.
+    And {
+        /// `and.and_sub_policy`: at least one.
+        sub_policies: Vec<PolicyConfig>,
+    },
+    /// `not`: the sub-policy's vote, flipped.
+    Not {
+        /// `not.not_sub_policy`.
+        sub_policy: Box<PolicyConfig>,
+    },
+    /// `drop`: when every sub-policy votes to sample, the trace is dropped whatever other
+    /// policies say.
+    Drop {
+        /// `drop.drop_sub_policy`: at least one.
+        sub_policies: Vec<PolicyConfig>,
+    },
+    /// `composite`: sub-policies tried in order, each with a share of a spans-per-second
+    /// budget.
+    Composite {
+        /// `max_total_spans_per_second`.
+        max_total_spans_per_second: u64,
+        /// `policy_order`: checked to name sub-policies; as in the Collector, evaluation
+        /// follows the order of `composite_sub_policy`.
+        policy_order: Vec<String>,
+        /// `composite_sub_policy`: at least one.
+        sub_policies: Vec<PolicyConfig>,
+        /// `rate_allocation`: `(policy, percent)`. A sub-policy not listed gets 0 spans/s;
+        /// a percent of 0 gets an equal share of the total.
+        rate_allocation: Vec<(String, f64)>,
+    },
+}
+
+/// A span status code named in `status_code.status_codes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StatusCodeName {
+    /// `OK`.
+    Ok,
+    /// `ERROR`.
+    Error,
+    /// `UNSET`.
+    Unset,
 }
 
 /// An exporter's typed settings.

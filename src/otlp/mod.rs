@@ -38,6 +38,7 @@
 //! `ScopeSpans`) are dropped; an absent resource or scope is written the same as an empty
 //! one, which OTLP treats as equal.
 
+pub mod attributes;
 mod frame;
 mod json;
 mod wire;
