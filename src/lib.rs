@@ -12,6 +12,8 @@
 //! - [`receiver`]: OTLP over gRPC (`:4317`) and HTTP (`:4318`).
 //! - [`pipeline`]: the graph that joins receivers, processors and exporters, and the
 //!   payload type that flows along its edges.
+//! - [`sampler`]: the `tail_sampling` processor: the trace buffer, decision timing and
+//!   caches, and the policies.
 //! - [`batcher`]: the `batch` processor, size- and time-triggered.
 //! - [`exporter`]: the sending queue, retries, and the OTLP (gRPC/HTTP) and debug exporters.
 //! - [`telemetry`]: self-metrics, the health endpoint and logging.

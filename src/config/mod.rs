@@ -75,8 +75,9 @@ use ids::Section;
 use value::Value;
 
 /// The configuration used when no `--config` is given: OTLP in over gRPC (`0.0.0.0:4317`)
-/// and HTTP (`0.0.0.0:4318`), batched, printed by the debug exporter; the health check on
-/// `0.0.0.0:13133`.
+/// and HTTP (`0.0.0.0:4318`); tail sampling that keeps every trace with an error and a
+/// consistent 10% of the others, deciding 2s after the root span (30s at most); batched,
+/// printed by the debug exporter; the health check on `0.0.0.0:13133`.
 pub const DEFAULT_CONFIG: &str = "\
 receivers:
   otlp:
@@ -84,6 +85,18 @@ receivers:
       grpc:
       http:
 processors:
+  tail_sampling:
+    decision_wait: 30s
+    decision_wait_after_root_received: 2s
+    policies:
+      - name: errors
+        type: status_code
+        status_code:
+          status_codes: [ERROR]
+      - name: baseline
+        type: probabilistic
+        probabilistic:
+          sampling_percentage: 10
   batch:
 exporters:
   debug:
@@ -95,7 +108,7 @@ service:
   pipelines:
     traces:
       receivers: [otlp]
-      processors: [batch]
+      processors: [tail_sampling, batch]
       exporters: [debug]
 ";
 

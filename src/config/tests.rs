@@ -230,11 +230,21 @@ fn default_config_has_every_default() {
         config.service.pipelines[&traces],
         PipelineConfig {
             receivers: vec![id("otlp")],
-            processors: vec![id("batch")],
+            processors: vec![id("tail_sampling"), id("batch")],
             exporters: vec![xid("debug")],
         }
     );
     assert_eq!(config.service.pipelines.len(), 1);
+    let Some(ProcessorConfig::TailSampling(sampling)) = config.processors.get(&id("tail_sampling"))
+    else {
+        panic!("the default config samples");
+    };
+    assert_eq!(
+        sampling.decision_wait_after_root_received,
+        Some(Duration::from_secs(2))
+    );
+    let names: Vec<&str> = sampling.policies.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["errors", "baseline"]);
     assert_eq!(
         config.service.telemetry,
         TelemetryConfig {

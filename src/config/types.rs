@@ -157,7 +157,7 @@ pub struct TailSamplingConfig {
     /// instead of deciding them on the spans received so far.
     pub drop_pending_traces_on_shutdown: bool,
     /// `maximum_trace_size_bytes` (default 0 = off): a trace whose encoded spans exceed this
-    /// is decided not sampled at once.
+    /// is decided at once on the spans it has; its later spans follow that decision.
     pub maximum_trace_size_bytes: Option<NonZeroUsize>,
     /// `block_on_overflow` (default false): at `num_traces`, refuse intake (retryably)
     /// instead of deciding the oldest trace early.

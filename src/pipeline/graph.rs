@@ -17,6 +17,11 @@ use super::{
 use crate::batcher::{BatchMetricFamilies, Batcher};
 use crate::config::{ComponentId, Config, ProcessorConfig, Signal};
 use crate::exporter::{ExporterError, ExporterMetricFamilies, TracesExporter};
+use crate::sampler::policy::{PolicyError, PolicySet};
+use crate::sampler::{SamplerMetricFamilies, SamplerSettings, TailSampler};
+
+/// Shards per tail sampler: enough that two cores rarely contend for one.
+const SAMPLER_SHARDS: usize = 16;
 
 /// Failure to build the graph.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +34,26 @@ pub enum BuildError {
         /// Why it failed.
         #[source]
         source: ExporterError,
+    },
+    /// A tail_sampling processor is not first in its pipeline.
+    #[error(
+        "service.pipelines.{pipeline}.processors: {processor} must come first (it buffers \
+         whole traces; put batch after it)"
+    )]
+    SamplerNotFirst {
+        /// The pipeline.
+        pipeline: String,
+        /// The tail_sampling processor.
+        processor: ComponentId,
+    },
+    /// A tail_sampling processor's policies could not be compiled.
+    #[error("processors.{processor}.policies: {source}")]
+    Policy {
+        /// The processor.
+        processor: ComponentId,
+        /// Why.
+        #[source]
+        source: PolicyError,
     },
     /// Metric families could not be registered (a programming error).
     #[error("registering metrics: {0}")]
@@ -60,6 +85,7 @@ impl Pipelines {
 pub fn build_pipelines(config: &Config, registry: &Registry) -> Result<Pipelines, BuildError> {
     let exporter_families = ExporterMetricFamilies::register(registry)?;
     let batch_families = BatchMetricFamilies::register(registry)?;
+    let sampler_families = SamplerMetricFamilies::register(registry)?;
 
     let mut exporters: BTreeMap<ComponentId, TracesExporter> = BTreeMap::new();
     let mut inputs: BTreeMap<ComponentId, Vec<PipelineInput>> = BTreeMap::new();
@@ -95,28 +121,64 @@ pub fn build_pipelines(config: &Config, registry: &Registry) -> Result<Pipelines
 
         // Wire the processors back to front, so each knows where its output goes.
         let mut downstream = Downstream::Exporters(ExporterFanout::new(fanout));
-        for id in pipeline.processors.iter().rev() {
-            let Some(ProcessorConfig::Batch(batch)) = config.processors.get(id) else {
-                continue;
-            };
-            let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
-            let batcher = Batcher::new(batch.clone(), batch_families.for_processor(id));
-            stage_tasks.push(tokio::spawn(batcher.run(receiver, downstream)));
-            downstream = Downstream::Stage(sender);
+        let mut sampler_entry = None;
+        for (position, id) in pipeline.processors.iter().enumerate().rev() {
+            match config.processors.get(id) {
+                Some(ProcessorConfig::Batch(batch)) => {
+                    let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
+                    let batcher = Batcher::new(batch.clone(), batch_families.for_processor(id));
+                    stage_tasks.push(tokio::spawn(batcher.run(receiver, downstream)));
+                    downstream = Downstream::Stage(sender);
+                }
+                Some(ProcessorConfig::TailSampling(tail_sampling)) => {
+                    if position != 0 {
+                        return Err(BuildError::SamplerNotFirst {
+                            pipeline: pipeline_id.to_string(),
+                            processor: id.clone(),
+                        });
+                    }
+                    let policies =
+                        PolicySet::compile(tail_sampling).map_err(|source| BuildError::Policy {
+                            processor: id.clone(),
+                            source,
+                        })?;
+                    let metrics = sampler_families.for_processor(id, policies.names());
+                    let (ingest, intake_closed) = TailSampler::start(
+                        SamplerSettings::from(tail_sampling),
+                        policies,
+                        metrics,
+                        SAMPLER_SHARDS,
+                    );
+                    let sampler = ingest.sampler().clone();
+                    stage_tasks.push(tokio::spawn(sampler.run(intake_closed, downstream.clone())));
+                    sampler_entry = Some(ingest);
+                }
+                None => {}
+            }
         }
-        let entry = match downstream {
-            Downstream::Stage(sender) => sender,
-            exporters_only @ Downstream::Exporters(_) => {
+        let entry = match (sampler_entry, downstream) {
+            (Some(ingest), _) => PipelineInput::Sampler {
+                id: pipeline_id.clone(),
+                ingest,
+            },
+            (None, Downstream::Stage(sender)) => PipelineInput::Queue {
+                id: pipeline_id.clone(),
+                sender,
+            },
+            (None, exporters_only @ Downstream::Exporters(_)) => {
                 let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
                 stage_tasks.push(tokio::spawn(forward(receiver, exporters_only)));
-                sender
+                PipelineInput::Queue {
+                    id: pipeline_id.clone(),
+                    sender,
+                }
             }
         };
         for receiver in &pipeline.receivers {
             inputs
                 .entry(receiver.clone())
                 .or_default()
-                .push(PipelineInput::new(pipeline_id.clone(), entry.clone()));
+                .push(entry.clone());
         }
     }
 

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use crate::config::{ComponentId, PipelineId};
 use crate::error::PipelineError;
 use crate::exporter::TracesExporter;
+use crate::sampler::SamplerIngest;
 
 /// How many requests a pipeline's input queue holds before receivers wait.
 pub const PIPELINE_INPUT_CAPACITY: usize = 64;
@@ -34,22 +35,31 @@ pub const ADMISSION_WAIT: Duration = Duration::from_millis(500);
 /// The `Retry-After` hint given with a refusal for a full pipeline.
 pub const RETRY_AFTER_FULL: Duration = Duration::from_secs(1);
 
-/// The entry of one pipeline: a bounded queue into its first stage.
+/// The entry of one pipeline.
 #[derive(Clone, Debug)]
-pub struct PipelineInput {
-    id: PipelineId,
-    sender: mpsc::Sender<TraceBatch>,
+pub enum PipelineInput {
+    /// A bounded queue into the pipeline's first stage.
+    Queue {
+        /// The pipeline.
+        id: PipelineId,
+        /// The queue.
+        sender: mpsc::Sender<TraceBatch>,
+    },
+    /// A tail sampler first in the pipeline, fed directly on the receiver's task.
+    Sampler {
+        /// The pipeline.
+        id: PipelineId,
+        /// The sampler's intake.
+        ingest: SamplerIngest,
+    },
 }
 
 impl PipelineInput {
-    /// The pipeline's input, sending into `sender`.
-    pub fn new(id: PipelineId, sender: mpsc::Sender<TraceBatch>) -> Self {
-        Self { id, sender }
-    }
-
     /// The id of the pipeline this enters.
     pub fn id(&self) -> &PipelineId {
-        &self.id
+        match self {
+            Self::Queue { id, .. } | Self::Sampler { id, .. } => id,
+        }
     }
 }
 
@@ -74,11 +84,13 @@ impl TracesSink {
 
     /// Admits `batch` into every pipeline, or into none.
     ///
-    /// Waits at most [`ADMISSION_WAIT`] for room in each pipeline's queue.
+    /// Every pipeline is asked for room first: each tail sampler checks its buffer, and a
+    /// slot is reserved in each queue (waiting at most [`ADMISSION_WAIT`]). Only then is
+    /// the batch handed to all of them.
     ///
     /// # Errors
     ///
-    /// [`PipelineError::Overloaded`] when a queue stayed full, [`PipelineError::ShuttingDown`]
+    /// [`PipelineError::Overloaded`] when a pipeline stayed full, [`PipelineError::ShuttingDown`]
     /// when a pipeline has stopped. Either way no pipeline received the batch.
     ///
     /// # Cancel safety
@@ -86,17 +98,29 @@ impl TracesSink {
     /// Cancelling drops the reserved slots; no pipeline receives the batch.
     pub async fn accept(&self, batch: TraceBatch) -> Result<(), PipelineError> {
         let mut permits = Vec::with_capacity(self.inputs.len());
+        let mut samplers = Vec::new();
         for input in self.inputs.iter() {
-            match tokio::time::timeout(ADMISSION_WAIT, input.sender.reserve()).await {
-                Ok(Ok(permit)) => permits.push(permit),
-                Ok(Err(_closed)) => return Err(PipelineError::ShuttingDown),
-                Err(_elapsed) => {
-                    return Err(PipelineError::Overloaded {
-                        reason: "pipeline queue full",
-                        retry_after: RETRY_AFTER_FULL,
-                    });
+            match input {
+                PipelineInput::Sampler { ingest, .. } => {
+                    ingest.check_room()?;
+                    samplers.push(ingest);
+                }
+                PipelineInput::Queue { sender, .. } => {
+                    match tokio::time::timeout(ADMISSION_WAIT, sender.reserve()).await {
+                        Ok(Ok(permit)) => permits.push(permit),
+                        Ok(Err(_closed)) => return Err(PipelineError::ShuttingDown),
+                        Err(_elapsed) => {
+                            return Err(PipelineError::Overloaded {
+                                reason: "pipeline queue full",
+                                retry_after: RETRY_AFTER_FULL,
+                            });
+                        }
+                    }
                 }
             }
+        }
+        for ingest in samplers {
+            ingest.ingest(&batch)?;
         }
         // Cloning a batch clones a reference-counted buffer, not the spans.
         for permit in permits {

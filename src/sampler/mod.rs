@@ -1,3 +1,702 @@
-//! The `tail_sampling` processor: policies that decide whole traces, and OpenTelemetry consistent-probability thresholds.
+//! The `tail_sampling` processor: hold every trace until its story is told, then keep it
+//! whole or drop it whole.
+//!
+//! # Data flow
+//!
+//! Receivers call [`SamplerIngest::ingest`] on their own tasks (so ingest uses every
+//! core): the request is walked once by the wire reader, each span's bytes are copied
+//! into its trace's arena in the shard its trace id hashes to, and the policies' facts
+//! are updated span by span. One decision task ([`TailSampler::run`]) sleeps until the
+//! earliest deadline, decides the due traces on their facts (the policies never re-read
+//! spans), and frames the kept ones into requests for the next stage, waiting for room
+//! there: a slow exporter slows decisions, and the buffer (bounded by `num_traces` and,
+//! with the memory limiter, by bytes) then pushes back on the receivers.
+//!
+//! # Timing
+//!
+//! A trace is due `decision_wait` after its first span, or
+//! `decision_wait_after_root_received` after its root span, whichever is first. It is
+//! due at once when it grows past `maximum_trace_size_bytes`, and the oldest traces fall
+//! due early when more than `num_traces` are held. Undecided traces are never evicted:
+//! every trace is decided, and every early decision is counted by reason.
+//!
+//! # Late spans
+//!
+//! A span whose trace was already decided follows the decision, for as long as the
+//! decision caches remember it: kept traces' spans pass on at once (carrying the trace's
+//! threshold), not-kept traces' spans are dropped and counted.
+//!
+//! # Concurrency
+//!
+//! Shards are `std::sync::Mutex`es held for short, non-async sections (a request's spans
+//! of one shard, or one round of due traces): no lock is held across an `.await`, and
+//! two cores rarely want the same shard at once.
+
+mod buffer;
+mod cache;
+mod metrics;
 pub mod policy;
+mod rewrite;
 pub mod threshold;
+
+#[cfg(test)]
+mod tests;
+
+pub use metrics::{EarlyReason, SamplerMetricFamilies, SamplerMetrics, SpanOutcome};
+
+use std::collections::hash_map::Entry;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+
+use self::buffer::{Origin, PendingTrace, Shard};
+use self::cache::{Cached, KeptDecision};
+use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
+use self::threshold::Threshold;
+use crate::error::PipelineError;
+use crate::otlp::{TraceId, TraceRequestWriter, parse_traces_request};
+use crate::pipeline::{Downstream, TraceBatch};
+
+/// The scope attribute naming the policy that kept a trace (`record_policy`).
+pub const POLICY_ATTRIBUTE: &str = "tailsampling.policy";
+
+/// Kept spans are passed on in requests of about this many encoded bytes; the `batch`
+/// processor after the sampler sizes the final batches.
+const OUTPUT_REQUEST_BYTES: usize = 1 << 20;
+
+/// At most this many traces are decided per shard lock, so ingest never waits long.
+const DECISIONS_PER_LOCK: usize = 512;
+
+/// How long the decision task sleeps at most when nothing is due.
+const IDLE_TICK: Duration = Duration::from_secs(1);
+
+/// The sampler's runtime settings, from `processors.tail_sampling`.
+#[derive(Clone, Debug)]
+pub struct SamplerSettings {
+    /// `decision_wait`.
+    pub decision_wait: Duration,
+    /// `decision_wait_after_root_received`; `None` when off.
+    pub decision_wait_after_root: Option<Duration>,
+    /// `num_traces`: above it, the oldest traces are decided early.
+    pub num_traces: usize,
+    /// `decision_cache.sampled_cache_size`.
+    pub sampled_cache_size: usize,
+    /// `decision_cache.non_sampled_cache_size`.
+    pub non_sampled_cache_size: usize,
+    /// `maximum_trace_size_bytes`; `None` when off.
+    pub maximum_trace_size_bytes: Option<usize>,
+    /// `block_on_overflow`: refuse intake at `num_traces` instead of deciding early.
+    pub block_on_overflow: bool,
+    /// `drop_pending_traces_on_shutdown`.
+    pub drop_pending_traces_on_shutdown: bool,
+    /// `record_policy`: name the deciding policy on kept spans' scopes.
+    pub record_policy: bool,
+}
+
+impl From<&crate::config::TailSamplingConfig> for SamplerSettings {
+    fn from(config: &crate::config::TailSamplingConfig) -> Self {
+        Self {
+            decision_wait: config.decision_wait,
+            decision_wait_after_root: config.decision_wait_after_root_received,
+            num_traces: config.num_traces.get(),
+            sampled_cache_size: config.sampled_cache_size,
+            non_sampled_cache_size: config.non_sampled_cache_size,
+            maximum_trace_size_bytes: config.maximum_trace_size_bytes.map(|n| n.get()),
+            block_on_overflow: config.block_on_overflow,
+            drop_pending_traces_on_shutdown: config.drop_pending_traces_on_shutdown,
+            record_policy: config.record_policy,
+        }
+    }
+}
+
+impl SamplerSettings {
+    /// The held-trace count at which intake is refused even without `block_on_overflow`:
+    /// the early decisions that `num_traces` triggers have fallen this far behind (the
+    /// decision task is waiting on a slow exporter).
+    fn hard_trace_limit(&self) -> usize {
+        self.num_traces
+            .saturating_mul(2)
+            .max(self.num_traces + 1024)
+    }
+}
+
+/// One running `tail_sampling` processor.
+pub struct TailSampler {
+    settings: SamplerSettings,
+    policies: PolicySet,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    traces_held: AtomicUsize,
+    spans_held: AtomicUsize,
+    bytes_held: AtomicUsize,
+    outbox: Mutex<Vec<LateSpan>>,
+    wake: Notify,
+    metrics: SamplerMetrics,
+}
+
+/// A late span of a kept trace, waiting to be passed on.
+struct LateSpan {
+    origin: Arc<Origin>,
+    span: Bytes,
+    kept: KeptDecision,
+}
+
+/// A decided trace on its way out of the buffer.
+struct Decided {
+    trace: PendingTrace,
+    kept: Option<KeptDecision>,
+}
+
+/// What a receiver holds to feed a sampler. When every clone is dropped (the receivers
+/// have stopped), the decision task decides what is left and ends.
+#[derive(Clone)]
+pub struct SamplerIngest {
+    sampler: Arc<TailSampler>,
+    _alive: mpsc::Sender<()>,
+}
+
+impl std::fmt::Debug for SamplerIngest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SamplerIngest").finish_non_exhaustive()
+    }
+}
+
+impl SamplerIngest {
+    /// Checks that the buffer can take more traces.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Overloaded`] at `num_traces` with `block_on_overflow`, or when
+    /// early decisions have fallen far behind.
+    pub fn check_room(&self) -> Result<(), PipelineError> {
+        self.sampler.check_room()
+    }
+
+    /// Buffers the spans of a validated request; see [`TailSampler::ingest`].
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] if the bytes do not parse (the receiver validated
+    /// them, so this is a bug) .
+    pub fn ingest(&self, batch: &TraceBatch) -> Result<(), PipelineError> {
+        self.sampler.ingest(batch)
+    }
+
+    /// The sampler behind this handle.
+    pub fn sampler(&self) -> &Arc<TailSampler> {
+        &self.sampler
+    }
+}
+
+impl TailSampler {
+    /// A sampler with `shards` shards (at least one), and the handle receivers feed it
+    /// through. Run [`TailSampler::run`] with the returned receiver to make decisions.
+    pub fn start(
+        settings: SamplerSettings,
+        policies: PolicySet,
+        metrics: SamplerMetrics,
+        shards: usize,
+    ) -> (SamplerIngest, mpsc::Receiver<()>) {
+        let shards = (0..shards.max(1))
+            .map(|_| {
+                Mutex::new(Shard::new(
+                    settings.sampled_cache_size.div_ceil(shards.max(1)),
+                    settings.non_sampled_cache_size.div_ceil(shards.max(1)),
+                ))
+            })
+            .collect();
+        let sampler = Arc::new(Self {
+            settings,
+            policies,
+            shards,
+            hasher: RandomState::new(),
+            traces_held: AtomicUsize::new(0),
+            spans_held: AtomicUsize::new(0),
+            bytes_held: AtomicUsize::new(0),
+            outbox: Mutex::new(Vec::new()),
+            wake: Notify::new(),
+            metrics,
+        });
+        let (alive, closed) = mpsc::channel(1);
+        (
+            SamplerIngest {
+                sampler,
+                _alive: alive,
+            },
+            closed,
+        )
+    }
+
+    /// Traces currently held.
+    pub fn traces_held(&self) -> usize {
+        self.traces_held.load(Ordering::Relaxed)
+    }
+
+    /// Bytes currently held by pending traces.
+    pub fn bytes_held(&self) -> usize {
+        self.bytes_held.load(Ordering::Relaxed)
+    }
+
+    fn check_room(&self) -> Result<(), PipelineError> {
+        let held = self.traces_held();
+        let full = if self.settings.block_on_overflow {
+            held >= self.settings.num_traces
+        } else {
+            held >= self.settings.hard_trace_limit()
+        };
+        if full {
+            self.wake.notify_one();
+            return Err(PipelineError::Overloaded {
+                reason: "tail sampling buffer full",
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        Ok(())
+    }
+
+    fn shard_of(&self, trace_id: &TraceId) -> usize {
+        (self.hasher.hash_one(trace_id) % self.shards.len() as u64) as usize
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        // A panic while holding a shard leaves it consistent enough to keep serving:
+        // every mutation is a whole insert or remove.
+        self.shards[shard]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Buffers every span of `batch` (an already validated request) in its trace, or
+    /// passes it on / drops it at once when its trace was already decided.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] when the bytes do not parse.
+    pub fn ingest(&self, batch: &TraceBatch) -> Result<(), PipelineError> {
+        let resources = parse_traces_request(&batch.request)
+            .map_err(|error| PipelineError::Malformed(error.to_string()))?;
+        let now = Instant::now();
+
+        // Group the spans by shard, so each shard is locked once per request.
+        let mut per_shard: Vec<Vec<(usize, Arc<Origin>, crate::otlp::SpanView)>> =
+            (0..self.shards.len()).map(|_| Vec::new()).collect();
+        let mut matches = Vec::with_capacity(resources.len());
+        for resource_spans in resources {
+            matches.push(self.policies.observe_resource(&resource_spans.resource));
+            let resource = Bytes::copy_from_slice(&resource_spans.resource);
+            let resource_schema_url = Bytes::copy_from_slice(&resource_spans.schema_url);
+            for scope_spans in resource_spans.scope_spans {
+                let origin = Arc::new(Origin {
+                    resource: resource.clone(),
+                    resource_schema_url: resource_schema_url.clone(),
+                    scope: Bytes::copy_from_slice(&scope_spans.scope),
+                    scope_schema_url: Bytes::copy_from_slice(&scope_spans.schema_url),
+                });
+                for span in scope_spans.spans {
+                    let shard = self.shard_of(&span.trace_id);
+                    per_shard[shard].push((matches.len() - 1, origin.clone(), span));
+                }
+            }
+        }
+
+        let mut late = Vec::new();
+        let mut wake = false;
+        for (shard_index, spans) in per_shard.into_iter().enumerate() {
+            if spans.is_empty() {
+                continue;
+            }
+            let mut shard = self.lock(shard_index);
+            for (resource, origin, span) in spans {
+                wake |= self.ingest_span(
+                    &mut shard,
+                    now,
+                    &matches[resource],
+                    origin,
+                    &span,
+                    &mut late,
+                );
+            }
+        }
+        if !late.is_empty() {
+            self.outbox
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .extend(late);
+            wake = true;
+        }
+        if self.traces_held() > self.settings.num_traces {
+            wake = true;
+        }
+        self.publish_gauges();
+        if wake {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Folds one span into its shard. Returns true when the decision task should wake
+    /// (a deadline moved earlier than it may be sleeping for).
+    fn ingest_span(
+        &self,
+        shard: &mut Shard,
+        now: Instant,
+        resource: &policy::ResourceMatches,
+        origin: Arc<Origin>,
+        span: &crate::otlp::SpanView,
+        late: &mut Vec<LateSpan>,
+    ) -> bool {
+        let trace_id = span.trace_id;
+        let is_root = span.parent_span_id.is_none();
+        let entry = match shard.traces.entry(trace_id) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(vacant) => {
+                match shard.cache.get(&trace_id) {
+                    Some(Cached::Kept(kept)) => {
+                        let age = now.saturating_duration_since(kept.decided_at).as_secs_f64();
+                        self.metrics.record_late(true, 1, Some(age));
+                        late.push(LateSpan {
+                            origin,
+                            span: span.bytes.clone(),
+                            kept,
+                        });
+                        return true;
+                    }
+                    Some(Cached::NotKept) => {
+                        self.metrics.record_late(false, 1, None);
+                        return false;
+                    }
+                    None => {}
+                }
+                let deadline = now + self.settings.decision_wait;
+                shard.deadlines.insert((deadline, trace_id));
+                self.traces_held.fetch_add(1, Ordering::Relaxed);
+                self.metrics.new_trace_id_received.inc();
+                vacant.insert(PendingTrace::new(
+                    self.policies.new_facts(trace_id),
+                    now,
+                    deadline,
+                ))
+            }
+        };
+        self.policies.observe_span(&mut entry.facts, resource, span);
+        entry.push_span(&origin, &span.bytes);
+        let footprint = entry.footprint();
+        let grown = footprint.saturating_sub(entry.charged);
+        entry.charged = footprint;
+        let mut earlier = None;
+        if is_root && !entry.root_seen {
+            entry.root_seen = true;
+            if let Some(wait) = self.settings.decision_wait_after_root {
+                let due = now + wait;
+                if due < entry.deadline {
+                    earlier = Some(due);
+                }
+            }
+        }
+        let too_large = self
+            .settings
+            .maximum_trace_size_bytes
+            .is_some_and(|max| entry.span_bytes_len() > max);
+        if too_large && entry.early.is_none() {
+            entry.early = Some(EarlyReason::TraceTooLarge);
+            self.metrics.record_early(EarlyReason::TraceTooLarge);
+            earlier = Some(now);
+        }
+        shard.bytes += grown;
+        shard.spans += 1;
+        self.spans_held.fetch_add(1, Ordering::Relaxed);
+        self.bytes_held.fetch_add(grown, Ordering::Relaxed);
+        match earlier {
+            Some(due) => {
+                shard.reschedule(trace_id, due);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Uncounts a trace that left the buffer.
+    fn release(&self, trace: &PendingTrace) {
+        self.traces_held.fetch_sub(1, Ordering::Relaxed);
+        self.spans_held
+            .fetch_sub(trace.spans.len(), Ordering::Relaxed);
+        self.bytes_held.fetch_sub(trace.charged, Ordering::Relaxed);
+    }
+
+    /// Spans currently held by pending traces.
+    pub fn spans_held(&self) -> usize {
+        self.spans_held.load(Ordering::Relaxed)
+    }
+
+    fn publish_gauges(&self) {
+        self.metrics.traces_on_memory.set(self.traces_held() as i64);
+        self.metrics.bytes_held.set(self.bytes_held() as i64);
+        self.metrics.spans_held.set(self.spans_held() as i64);
+    }
+
+    /// The `n`-th earliest deadline (1-based) over all shards, if that many traces are held.
+    fn nth_deadline(&self, n: usize) -> Option<Instant> {
+        let mut earliest: Vec<Instant> = Vec::new();
+        for shard in 0..self.shards.len() {
+            let shard = self.lock(shard);
+            earliest.extend(
+                shard
+                    .deadlines
+                    .iter()
+                    .take(n)
+                    .map(|(deadline, _)| *deadline),
+            );
+        }
+        if earliest.len() < n {
+            return earliest.into_iter().max();
+        }
+        let (_, nth, _) = earliest.select_nth_unstable(n - 1);
+        Some(*nth)
+    }
+
+    /// The earliest deadline of any held trace.
+    fn next_deadline(&self) -> Option<Instant> {
+        (0..self.shards.len())
+            .filter_map(|shard| self.lock(shard).next_deadline())
+            .min()
+    }
+
+    /// Makes decisions until every [`SamplerIngest`] handle is dropped, then decides (or,
+    /// with `drop_pending_traces_on_shutdown`, drops and counts) what is left, passes the
+    /// kept traces to `output`, and returns.
+    pub async fn run(self: Arc<Self>, mut intake_closed: mpsc::Receiver<()>, output: Downstream) {
+        let mut open = true;
+        while open {
+            let now = Instant::now();
+            let wake_at = self
+                .next_deadline()
+                .map_or(now + IDLE_TICK, |due| due.min(now + IDLE_TICK));
+            tokio::select! {
+                biased;
+                closed = intake_closed.recv() => {
+                    if closed.is_none() {
+                        open = false;
+                    }
+                }
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+            if open {
+                self.decide_round(false, &output).await;
+            }
+        }
+        if self.settings.drop_pending_traces_on_shutdown {
+            self.drop_pending();
+            self.decide_round(false, &output).await;
+        } else {
+            self.decide_round(true, &output).await;
+        }
+        self.publish_gauges();
+    }
+
+    /// Decides every due trace (every trace, with `force`), plus the oldest ones while
+    /// more than `num_traces` are held, and passes the kept ones and any late spans on.
+    async fn decide_round(&self, force: bool, output: &Downstream) {
+        let started = Instant::now();
+        let mut writer = TraceRequestWriter::new();
+        let mut votes = Vec::new();
+        loop {
+            let now = Instant::now();
+            // Over num_traces, the oldest traces fall due now: everything up to the
+            // deadline of the excess-th earliest trace.
+            let due_by = match self.traces_held().checked_sub(self.settings.num_traces) {
+                Some(excess) if excess > 0 => self.nth_deadline(excess).map_or(now, |d| d.max(now)),
+                _ => now,
+            };
+            let mut decided = Vec::new();
+            let mut progress = false;
+            for shard_index in 0..self.shards.len() {
+                let mut shard = self.lock(shard_index);
+                for _ in 0..DECISIONS_PER_LOCK {
+                    let Some((trace_id, trace)) = shard.pop_due(due_by, force) else {
+                        break;
+                    };
+                    if trace.deadline > now && trace.early.is_none() {
+                        self.metrics.record_early(EarlyReason::NumTraces);
+                    }
+                    self.release(&trace);
+                    let kept = self.decide(&mut shard, trace_id, &trace, now, &mut votes);
+                    decided.push(Decided { trace, kept });
+                    progress = true;
+                }
+            }
+            self.publish_gauges();
+            for Decided { trace, kept } in decided {
+                if let Some(kept) = kept {
+                    self.write_trace(&mut writer, &trace, kept);
+                    if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
+                        send(output, std::mem::take(&mut writer)).await;
+                    }
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        self.write_late_spans(&mut writer);
+        send(output, writer).await;
+        self.metrics
+            .decision_timer_latency
+            .observe(started.elapsed().as_secs_f64() * 1000.0);
+    }
+
+    /// Decides one trace under its shard's lock (so a late span can never slip between
+    /// the decision and the cache), records it, and returns what kept spans must carry.
+    fn decide(
+        &self,
+        shard: &mut Shard,
+        trace_id: TraceId,
+        trace: &PendingTrace,
+        now: Instant,
+        votes: &mut Vec<(usize, Vote)>,
+    ) -> Option<KeptDecision> {
+        let decision = self.policies.decide(&trace.facts, now.into_std(), votes);
+        self.metrics.record_votes(votes);
+        self.metrics.decision_delay.observe(
+            now.saturating_duration_since(trace.first_seen)
+                .as_secs_f64(),
+        );
+        let spans = trace.spans.len() as u64;
+        match decision {
+            Decision::Sampled { policy, threshold } => {
+                let kept = KeptDecision {
+                    policy,
+                    threshold,
+                    decided_at: now,
+                };
+                shard.cache.insert_kept(trace_id, kept);
+                self.metrics
+                    .record_decision(true, spans, SpanOutcome::Sampled);
+                Some(kept)
+            }
+            Decision::NotSampled | Decision::Dropped { .. } => {
+                shard.cache.insert_not_kept(&trace_id);
+                let outcome = if matches!(decision, Decision::NotSampled) {
+                    SpanOutcome::NotSampled
+                } else {
+                    SpanOutcome::DroppedByPolicy
+                };
+                if trace.early == Some(EarlyReason::TraceTooLarge) {
+                    self.metrics.dropped_too_large.inc();
+                }
+                self.metrics.record_decision(false, spans, outcome);
+                None
+            }
+        }
+    }
+
+    /// Drops every pending trace undecided, counting its spans (shutdown with
+    /// `drop_pending_traces_on_shutdown`).
+    fn drop_pending(&self) {
+        let mut dropped_spans = 0u64;
+        for shard_index in 0..self.shards.len() {
+            let mut shard = self.lock(shard_index);
+            let far_future = Instant::now() + Duration::from_secs(86_400 * 365);
+            while let Some((_id, trace)) = shard.pop_due(far_future, true) {
+                self.release(&trace);
+                dropped_spans += trace.spans.len() as u64;
+            }
+        }
+        if dropped_spans > 0 {
+            self.metrics
+                .record_spans(SpanOutcome::DroppedOnShutdown, dropped_spans);
+            tracing::warn!(
+                event = "sampler.pending_dropped_on_shutdown",
+                spans = dropped_spans
+            );
+        }
+    }
+
+    /// Frames a kept trace's spans, writing its threshold and the deciding policy.
+    fn write_trace(
+        &self,
+        writer: &mut TraceRequestWriter,
+        trace: &PendingTrace,
+        kept: KeptDecision,
+    ) {
+        let scopes: Vec<Bytes> = trace
+            .origins
+            .iter()
+            .map(|origin| self.output_scope(origin, kept))
+            .collect();
+        for span in &trace.spans {
+            let origin = &trace.origins[span.origin as usize];
+            let bytes = output_span(trace.span_bytes(span), kept.threshold);
+            writer.push(
+                &origin.resource,
+                &origin.resource_schema_url,
+                &scopes[span.origin as usize],
+                &origin.scope_schema_url,
+                &bytes,
+            );
+        }
+    }
+
+    fn write_late_spans(&self, writer: &mut TraceRequestWriter) {
+        let late = std::mem::take(
+            &mut *self
+                .outbox
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for span in late {
+            let scope = self.output_scope(&span.origin, span.kept);
+            let bytes = output_span(&span.span, span.kept.threshold);
+            writer.push(
+                &span.origin.resource,
+                &span.origin.resource_schema_url,
+                &scope,
+                &span.origin.scope_schema_url,
+                &bytes,
+            );
+        }
+    }
+
+    fn output_scope(&self, origin: &Origin, kept: KeptDecision) -> Bytes {
+        if !self.settings.record_policy {
+            return origin.scope.clone();
+        }
+        let name = self
+            .policies
+            .names()
+            .get(kept.policy)
+            .map_or("", String::as_str);
+        rewrite::add_scope_attribute(&origin.scope, POLICY_ATTRIBUTE, name)
+    }
+}
+
+/// A kept span's bytes as they leave: with `th` raised to the trace's threshold when it
+/// was kept by the probabilistic policy (equalizing: the threshold only rises).
+fn output_span(span: &[u8], update: ThresholdUpdate) -> Bytes {
+    let ThresholdUpdate::Raise(threshold) = update else {
+        return Bytes::copy_from_slice(span);
+    };
+    let trace_state = rewrite::span_trace_state(span).unwrap_or("");
+    let incoming = threshold::read_ot(trace_state).th;
+    if incoming.is_some_and(|th| th >= threshold) {
+        return Bytes::copy_from_slice(span);
+    }
+    let raised: Threshold = incoming.map_or(threshold, |th| th.max(threshold));
+    let trace_state = threshold::with_threshold(trace_state, raised);
+    rewrite::set_span_trace_state(span, &trace_state)
+        .unwrap_or_else(|| Bytes::copy_from_slice(span))
+}
+
+async fn send(output: &Downstream, writer: TraceRequestWriter) {
+    if writer.is_empty() {
+        return;
+    }
+    if !output.send(writer.finish()).await {
+        tracing::error!(event = "sampler.downstream_closed");
+    }
+}

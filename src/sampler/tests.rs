@@ -1,0 +1,580 @@
+//! The sampler's timing, caches and invariants, with paused time and property tests.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+use proptest::prelude::*;
+use prost::Message;
+use tokio::sync::mpsc;
+
+use super::threshold::{Threshold, read_ot};
+use super::*;
+
+/// The seed's policies: status_code ERROR, then probabilistic at `percent`.
+fn seed_policies(percent: f64) -> PolicySet {
+    let yaml = format!(
+        "receivers: {{otlp: {{protocols: {{grpc: {{}}}}}}}}
+processors:
+  tail_sampling:
+    policies:
+      - {{name: errors, type: status_code, status_code: {{status_codes: [ERROR]}}}}
+      - {{name: baseline, type: probabilistic, probabilistic: {{sampling_percentage: {percent}}}}}
+exporters: {{debug: {{}}}}
+service: {{pipelines: {{traces: {{receivers: [otlp], processors: [tail_sampling], exporters: [debug]}}}}}}
+"
+    );
+    let config = crate::config::load_str(&[&yaml]).expect("valid sampler config");
+    let Some(crate::config::ProcessorConfig::TailSampling(tail_sampling)) =
+        config.processors.values().next()
+    else {
+        panic!("tail_sampling configured");
+    };
+    PolicySet::compile(tail_sampling).expect("policies compile")
+}
+
+fn settings() -> SamplerSettings {
+    SamplerSettings {
+        decision_wait: Duration::from_secs(30),
+        decision_wait_after_root: None,
+        num_traces: 50_000,
+        sampled_cache_size: 1000,
+        non_sampled_cache_size: 1000,
+        maximum_trace_size_bytes: None,
+        block_on_overflow: false,
+        drop_pending_traces_on_shutdown: false,
+        record_policy: false,
+    }
+}
+
+/// A running sampler whose kept output arrives on the returned receiver.
+struct Harness {
+    ingest: Option<SamplerIngest>,
+    output: mpsc::Receiver<TraceBatch>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Harness {
+    fn start(settings: SamplerSettings, percent: f64) -> Self {
+        let policies = seed_policies(percent);
+        let metrics = SamplerMetrics::unregistered(policies.names());
+        let (ingest, closed) = TailSampler::start(settings, policies, metrics, 4);
+        let (tx, output) = mpsc::channel(1024);
+        let task = tokio::spawn(ingest.sampler().clone().run(closed, Downstream::Stage(tx)));
+        Self {
+            ingest: Some(ingest),
+            output,
+            task,
+        }
+    }
+
+    fn sampler(&self) -> &Arc<TailSampler> {
+        self.ingest.as_ref().expect("running").sampler()
+    }
+
+    fn send(&self, spans: Vec<TestSpan>) {
+        let ingest = self.ingest.as_ref().expect("running");
+        ingest.check_room().expect("room");
+        ingest.ingest(&request(&spans)).expect("valid request");
+    }
+
+    /// Every span that has come out so far.
+    fn drain(&mut self) -> Vec<OutSpan> {
+        let mut out = Vec::new();
+        while let Ok(batch) = self.output.try_recv() {
+            out.extend(decode(&batch));
+        }
+        out
+    }
+
+    /// Closes intake (shutdown) and returns everything that comes out.
+    async fn close(mut self) -> Vec<OutSpan> {
+        self.ingest = None;
+        (&mut self.task).await.expect("decision task");
+        self.drain()
+    }
+}
+
+#[derive(Clone, Debug)]
+struct TestSpan {
+    trace: u128,
+    span: u64,
+    parent: Option<u64>,
+    error: bool,
+    service: &'static str,
+    trace_state: String,
+}
+
+fn span(trace: u128, span: u64, parent: Option<u64>) -> TestSpan {
+    TestSpan {
+        trace,
+        span,
+        parent,
+        error: false,
+        service: "svc",
+        trace_state: String::new(),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct OutSpan {
+    trace: u128,
+    span: u64,
+    service: String,
+    scope_attributes: Vec<String>,
+    trace_state: String,
+}
+
+fn request(spans: &[TestSpan]) -> TraceBatch {
+    let mut by_service: BTreeMap<&str, Vec<Span>> = BTreeMap::new();
+    for s in spans {
+        by_service.entry(s.service).or_default().push(Span {
+            trace_id: s.trace.to_be_bytes().to_vec(),
+            span_id: s.span.to_be_bytes().to_vec(),
+            parent_span_id: s
+                .parent
+                .map(|p| p.to_be_bytes().to_vec())
+                .unwrap_or_default(),
+            trace_state: s.trace_state.clone(),
+            name: format!("op-{}", s.span),
+            status: s.error.then(|| Status {
+                code: 2,
+                message: "boom".into(),
+            }),
+            ..Default::default()
+        });
+    }
+    let request = ExportTraceServiceRequest {
+        resource_spans: by_service
+            .into_iter()
+            .map(|(service, spans)| ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![opentelemetry_proto::tonic::common::v1::KeyValue {
+                        key: "service.name".into(),
+                        key_strindex: 0,
+                        value: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                            value: Some(
+                                opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                                    service.into(),
+                                ),
+                            ),
+                        }),
+                    }],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "lib".into(),
+                        ..Default::default()
+                    }),
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect(),
+    };
+    let count = spans.len();
+    TraceBatch::new(Bytes::from(request.encode_to_vec()), count)
+}
+
+fn decode(batch: &TraceBatch) -> Vec<OutSpan> {
+    let request = ExportTraceServiceRequest::decode(batch.request.clone()).expect("valid output");
+    let mut out = Vec::new();
+    for rs in request.resource_spans {
+        let service = rs
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s) => {
+                    Some(s.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        for ss in rs.scope_spans {
+            let scope_attributes = ss
+                .scope
+                .iter()
+                .flat_map(|s| &s.attributes)
+                .map(|kv| format!("{}={:?}", kv.key, kv.value))
+                .collect::<Vec<_>>();
+            for s in ss.spans {
+                out.push(OutSpan {
+                    trace: u128::from_be_bytes(s.trace_id.try_into().expect("16 bytes")),
+                    span: u64::from_be_bytes(s.span_id.try_into().expect("8 bytes")),
+                    service: service.clone(),
+                    scope_attributes: scope_attributes.clone(),
+                    trace_state: s.trace_state,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A trace id whose randomness (low 56 bits) is `r`: kept at probability p iff
+/// r >= (1 - p) * 2^56.
+fn trace_with_randomness(high: u64, r: u64) -> u128 {
+    (u128::from(high) << 64) | u128::from(r & ((1 << 56) - 1))
+}
+
+const KEPT_AT_10: u64 = (1 << 56) - 1; // the highest randomness: kept at any probability
+const DROPPED_AT_10: u64 = 1; // the lowest: dropped below 100%
+
+/// Scenario: a trace's spans arrive over 10s; decision_wait is 30s.
+/// Guarantees: nothing leaves before 30s after the first span; the whole trace leaves
+/// right after.
+#[tokio::test(start_paused = true)]
+async fn decides_decision_wait_after_first_span() {
+    let mut h = Harness::start(settings(), 10.0);
+    let trace = trace_with_randomness(1, KEPT_AT_10);
+    h.send(vec![span(trace, 1, None)]);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    h.send(vec![span(trace, 2, Some(1)), span(trace, 3, Some(1))]);
+    tokio::time::sleep(Duration::from_millis(19_900)).await;
+    assert!(h.drain().is_empty(), "nothing before decision_wait");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let out = h.drain();
+    assert_eq!(out.len(), 3, "the whole trace leaves together");
+    assert_eq!(h.sampler().traces_held(), 0);
+    assert_eq!(h.sampler().bytes_held(), 0);
+}
+
+/// Scenario: decision_wait 30s with decision_wait_after_root_received 2s; children
+/// arrive first, the root 5s later.
+/// Guarantees: the trace is decided 2s after the root, not 30s after the first span.
+#[tokio::test(start_paused = true)]
+async fn decides_soon_after_the_root() {
+    let mut config = settings();
+    config.decision_wait_after_root = Some(Duration::from_secs(2));
+    let mut h = Harness::start(config, 10.0);
+    let trace = trace_with_randomness(2, KEPT_AT_10);
+    h.send(vec![span(trace, 2, Some(1))]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.send(vec![span(trace, 1, None)]);
+    tokio::time::sleep(Duration::from_millis(1_900)).await;
+    assert!(h.drain().is_empty(), "not before root + wait");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(h.drain().len(), 2);
+}
+
+/// Scenario: num_traces is 10 and 25 traces arrive at once (nothing due yet).
+/// Guarantees: the oldest 15 are decided early (counted), the buffer settles back to 10
+/// traces, and no trace is lost undecided.
+#[tokio::test(start_paused = true)]
+async fn decides_oldest_early_over_num_traces() {
+    let mut config = settings();
+    config.num_traces = 10;
+    let mut h = Harness::start(config, 100.0);
+    for t in 0..25u64 {
+        h.send(vec![span(trace_with_randomness(t + 1, t), 1, None)]);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let early: HashSet<u128> = h.drain().iter().map(|s| s.trace).collect();
+    assert_eq!(h.sampler().traces_held(), 10);
+    assert_eq!(early.len(), 15, "the excess is decided early");
+    for t in 0..15u64 {
+        assert!(
+            early.contains(&trace_with_randomness(t + 1, t)),
+            "oldest first"
+        );
+    }
+    let rest = h.close().await;
+    assert_eq!(
+        rest.len(),
+        10,
+        "the rest are decided at shutdown, none lost"
+    );
+}
+
+/// Scenario: a trace is kept and another is not; a late span of each arrives after the
+/// decision.
+/// Guarantees: the kept trace's late span passes on at once with the trace's threshold;
+/// the other's is dropped; both are counted as cache releases.
+#[tokio::test(start_paused = true)]
+async fn late_spans_follow_cached_decisions() {
+    let mut h = Harness::start(settings(), 10.0);
+    let kept = trace_with_randomness(3, KEPT_AT_10);
+    let dropped = trace_with_randomness(4, DROPPED_AT_10);
+    h.send(vec![span(kept, 1, None), span(dropped, 1, None)]);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let first = h.drain();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].trace, kept);
+    let th = first[0].trace_state.clone();
+    assert!(th.starts_with("ot=th:"), "{th}");
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.send(vec![span(kept, 2, Some(1)), span(dropped, 2, Some(1))]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let late = h.drain();
+    assert_eq!(late.len(), 1, "only the kept trace's late span passes");
+    assert_eq!(late[0].trace, kept);
+    assert_eq!(late[0].span, 2);
+    assert_eq!(
+        late[0].trace_state, th,
+        "late span carries the trace's threshold"
+    );
+    assert_eq!(
+        h.sampler().traces_held(),
+        0,
+        "late spans are not buffered again"
+    );
+}
+
+/// Scenario: a trace grows past maximum_trace_size_bytes while others wait.
+/// Guarantees: it is decided at once on what has arrived; the other traces keep their
+/// deadlines; later spans of the big trace follow its decision instead of piling up.
+#[tokio::test(start_paused = true)]
+async fn decides_oversized_trace_at_once() {
+    let mut config = settings();
+    config.maximum_trace_size_bytes = Some(2_000);
+    let mut h = Harness::start(config, 100.0);
+    let big = trace_with_randomness(5, 7);
+    let small = trace_with_randomness(6, 8);
+    h.send(vec![span(small, 1, None)]);
+    let spans: Vec<TestSpan> = (1..=100).map(|i| span(big, i, Some(1000))).collect();
+    h.send(spans);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let out = h.drain();
+    assert_eq!(out.len(), 100, "the big trace leaves at once");
+    assert!(out.iter().all(|s| s.trace == big));
+    h.send(vec![span(big, 101, Some(1000))]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(h.drain().len(), 1, "its late span follows the decision");
+    assert_eq!(h.sampler().traces_held(), 1, "the small trace still waits");
+}
+
+/// Scenario: intake closes (shutdown) with traces pending, with and without
+/// drop_pending_traces_on_shutdown.
+/// Guarantees: by default every pending trace is decided and the kept ones leave; with
+/// the flag nothing leaves and the buffer is empty.
+#[tokio::test(start_paused = true)]
+async fn shutdown_decides_or_drops_pending() {
+    let h = Harness::start(settings(), 100.0);
+    h.send(vec![span(trace_with_randomness(7, 1), 1, None)]);
+    assert_eq!(h.close().await.len(), 1);
+
+    let mut config = settings();
+    config.drop_pending_traces_on_shutdown = true;
+    let h = Harness::start(config, 100.0);
+    h.send(vec![span(trace_with_randomness(8, 1), 1, None)]);
+    let sampler = h.sampler().clone();
+    assert!(h.close().await.is_empty());
+    assert_eq!(sampler.traces_held(), 0);
+}
+
+/// Scenario: record_policy is on.
+/// Guarantees: kept spans' scopes name the deciding policy.
+#[tokio::test(start_paused = true)]
+async fn records_the_deciding_policy() {
+    let mut config = settings();
+    config.record_policy = true;
+    let mut h = Harness::start(config, 0.0);
+    let mut failing = span(trace_with_randomness(9, 1), 1, None);
+    failing.error = true;
+    h.send(vec![failing]);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let out = h.drain();
+    assert_eq!(out.len(), 1);
+    assert!(
+        out[0]
+            .scope_attributes
+            .iter()
+            .any(|a| a.contains(POLICY_ATTRIBUTE) && a.contains("errors")),
+        "{:?}",
+        out[0].scope_attributes
+    );
+}
+
+/// A random trace: its spans, split into several requests, in random order.
+#[derive(Clone, Debug)]
+struct GenTrace {
+    id: u128,
+    spans: Vec<TestSpan>,
+}
+
+/// A span id unique within its trace and never zero.
+fn span_id(trace: u128, index: usize) -> u64 {
+    ((index as u64 + 1) << 48) | (trace as u64 & 0xffff_ffff_ffff)
+}
+
+fn gen_trace() -> impl Strategy<Value = GenTrace> {
+    (
+        any::<u128>(),
+        1usize..8,
+        prop::collection::vec(any::<bool>(), 8),
+        0u8..4,
+        any::<bool>(),
+    )
+        .prop_map(|(id, count, errors, head, with_th)| {
+            let id = id | 1; // never the invalid all-zero id
+            let head_th = if with_th {
+                // An upstream head sampler's threshold: 50% (th:8) or 100% (th:0).
+                if head % 2 == 0 { "ot=th:8" } else { "ot=th:0" }
+            } else {
+                ""
+            };
+            let spans = (0..count)
+                .map(|i| TestSpan {
+                    trace: id,
+                    span: span_id(id, i),
+                    parent: (i > 0).then(|| span_id(id, 0)),
+                    error: errors[i] && (head == 0),
+                    service: if i % 2 == 0 { "front" } else { "back" },
+                    trace_state: head_th.to_owned(),
+                })
+                .collect();
+            GenTrace { id, spans }
+        })
+}
+
+/// Runs `traces` through a fresh sampler at `percent`, the spans shuffled with `seed`
+/// and cut into requests of `chunk` spans, and returns what left, by trace.
+async fn run_sampler(
+    traces: &[GenTrace],
+    seed: u64,
+    chunk: usize,
+    percent: f64,
+) -> HashMap<u128, Vec<OutSpan>> {
+    let mut config = settings();
+    config.decision_wait = Duration::from_secs(5);
+    let h = Harness::start(config, percent);
+    let mut shuffled: Vec<TestSpan> = traces.iter().flat_map(|t| t.spans.clone()).collect();
+    let mut state = seed;
+    for i in (1..shuffled.len()).rev() {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        shuffled.swap(i, (state >> 33) as usize % (i + 1));
+    }
+    for request in shuffled.chunks(chunk.max(1)) {
+        h.send(request.to_vec());
+    }
+    let out = h.close().await;
+    let mut by_trace: HashMap<u128, Vec<OutSpan>> = HashMap::new();
+    for s in out {
+        by_trace.entry(s.trace).or_default().push(s);
+    }
+    by_trace
+}
+
+fn randomness(trace: u128) -> u64 {
+    (trace as u64) & ((1 << 56) - 1)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Scenario: random traces (some with ERROR spans, some head-sampled upstream) split
+    /// at random across requests and arriving in random order, sampled at 10%.
+    /// Guarantees: (a) each trace leaves whole or not at all; (b) every trace with an
+    /// error leaves; (c) a second sampler instance decides every trace the same way;
+    /// (e) every span kept by the probabilistic policy carries a `th` that decodes to at
+    /// most the configured probability with R >= T, and error traces keep the `th` they
+    /// came with.
+    #[test]
+    fn kept_traces_leave_whole_and_consistently(
+        traces in prop::collection::vec(gen_trace(), 1..40),
+        seed in any::<u64>(),
+        chunk in 1usize..20,
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        let (first, second) = runtime.block_on(async {
+            let first = run_sampler(&traces, seed, chunk, 10.0).await;
+            let second = run_sampler(&traces, seed ^ 0x5555, chunk + 3, 10.0).await;
+            (first, second)
+        });
+        let configured = Threshold::from_probability(0.10).expect("valid probability");
+        for trace in &traces {
+            let out = first.get(&trace.id);
+            let has_error = trace.spans.iter().any(|s| s.error);
+            // (a) whole or nothing
+            if let Some(out) = out {
+                let mut ids: Vec<u64> = out.iter().map(|s| s.span).collect();
+                ids.sort_unstable();
+                let mut want: Vec<u64> = trace.spans.iter().map(|s| s.span).collect();
+                want.sort_unstable();
+                prop_assert_eq!(ids, want);
+            }
+            // (b) errors kept
+            if has_error {
+                prop_assert!(out.is_some(), "error trace {:x} dropped", trace.id);
+            }
+            // (c) same decision on a second instance, with other request cuts and order
+            prop_assert_eq!(out.is_some(), second.contains_key(&trace.id));
+            // (e) thresholds
+            if let Some(out) = out {
+                let r = randomness(trace.id);
+                for s in out {
+                    let th = read_ot(&s.trace_state).th;
+                    if has_error {
+                        prop_assert_eq!(s.trace_state.as_str(), trace.spans[0].trace_state.as_str());
+                    } else {
+                        let th = th.expect("probabilistic keep writes th");
+                        prop_assert!(th >= configured, "threshold only rises");
+                        prop_assert!(r >= th.raw(), "R >= T for kept spans");
+                    }
+                }
+            } else if !has_error {
+                prop_assert!(randomness(trace.id) < configured.raw(), "dropped only when R < T");
+            }
+        }
+    }
+}
+
+/// Scenario: 100,000 single-span traces with random ids, sampled at 10%.
+/// Guarantees: the kept share lies within a 99.9% binomial band around 10%
+/// (±3.29 standard deviations).
+#[tokio::test(start_paused = true)]
+async fn probabilistic_share_is_within_binomial_band() {
+    let mut config = settings();
+    config.decision_wait = Duration::from_secs(1);
+    config.num_traces = 200_000;
+    let h = Harness::start(config, 10.0);
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        // splitmix64: deterministic, well-spread ids
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    const TRACES: usize = 100_000;
+    for chunk in 0..(TRACES / 1000) {
+        let spans: Vec<TestSpan> = (0..1000)
+            .map(|i| {
+                span(
+                    (u128::from(next()) << 64) | u128::from(next()),
+                    (chunk * 1000 + i) as u64 + 1,
+                    None,
+                )
+            })
+            .collect();
+        h.send(spans);
+    }
+    let kept = h.close().await.len() as f64;
+    let n = TRACES as f64;
+    let p = 0.10;
+    let sigma = (n * p * (1.0 - p)).sqrt();
+    assert!(
+        (kept - n * p).abs() <= 3.29 * sigma,
+        "kept {kept} of {n}, expected {} ± {}",
+        n * p,
+        3.29 * sigma
+    );
+}
