@@ -9,6 +9,7 @@
 //! - [`otlp`]: the OTLP wire reader and writer. Spans travel as their encoded bytes; this
 //!   module walks requests, re-frames spans under their resource and scope, and transcodes
 //!   OTLP/JSON to protobuf at the edge.
+//! - [`limiter`]: the one memory budget every held byte is charged to.
 //! - [`receiver`]: OTLP over gRPC (`:4317`) and HTTP (`:4318`).
 //! - [`pipeline`]: the graph that joins receivers, processors and exporters, and the
 //!   payload type that flows along its edges.
@@ -26,6 +27,7 @@ pub mod batcher;
 pub mod config;
 pub mod error;
 pub mod exporter;
+pub mod limiter;
 pub mod net;
 pub mod otlp;
 pub mod pipeline;

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ExtensionConfig, ReceiverConfig};
+use crate::limiter::MemoryBudget;
 use crate::net::{BindError, bind, local_addr};
 use crate::pipeline::{BuildError, Pipelines, TracesSink, build_pipelines};
 use crate::receiver::{ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http};
@@ -130,7 +131,9 @@ impl Gateway {
             )));
         }
 
-        let mut pipelines = build_pipelines(&config, &registry)?;
+        // Until the memory limiter sets a limit, the budget only counts.
+        let budget = MemoryBudget::unlimited();
+        let mut pipelines = build_pipelines(&config, &registry, &budget)?;
         let receiver_families = ReceiverMetricFamilies::register(&registry)?;
         let sinks = std::mem::take(&mut pipelines.traces_sinks);
 

@@ -6,6 +6,7 @@
 //! [`TracesSink`] over the inputs of every traces pipeline that lists it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use prometheus::Registry;
 use tokio::sync::mpsc;
@@ -17,6 +18,7 @@ use super::{
 use crate::batcher::{BatchMetricFamilies, Batcher};
 use crate::config::{ComponentId, Config, ProcessorConfig, Signal};
 use crate::exporter::{ExporterError, ExporterMetricFamilies, TracesExporter};
+use crate::limiter::MemoryBudget;
 use crate::sampler::policy::{PolicyError, PolicySet};
 use crate::sampler::{SamplerMetricFamilies, SamplerSettings, TailSampler};
 
@@ -82,7 +84,11 @@ impl Pipelines {
 /// # Errors
 ///
 /// When an exporter cannot start (bad TLS files, for example).
-pub fn build_pipelines(config: &Config, registry: &Registry) -> Result<Pipelines, BuildError> {
+pub fn build_pipelines(
+    config: &Config,
+    registry: &Registry,
+    budget: &Arc<MemoryBudget>,
+) -> Result<Pipelines, BuildError> {
     let exporter_families = ExporterMetricFamilies::register(registry)?;
     let batch_families = BatchMetricFamilies::register(registry)?;
     let sampler_families = SamplerMetricFamilies::register(registry)?;
@@ -147,6 +153,7 @@ pub fn build_pipelines(config: &Config, registry: &Registry) -> Result<Pipelines
                         SamplerSettings::from(tail_sampling),
                         policies,
                         metrics,
+                        budget.clone(),
                         SAMPLER_SHARDS,
                     );
                     let sampler = ingest.sampler().clone();

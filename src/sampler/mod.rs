@@ -59,6 +59,7 @@ use self::cache::{Cached, KeptDecision};
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
 use self::threshold::Threshold;
 use crate::error::PipelineError;
+use crate::limiter::MemoryBudget;
 use crate::otlp::{TraceId, TraceRequestWriter, parse_traces_request};
 use crate::pipeline::{Downstream, TraceBatch};
 
@@ -137,6 +138,7 @@ pub struct TailSampler {
     outbox: Mutex<Vec<LateSpan>>,
     wake: Notify,
     metrics: SamplerMetrics,
+    budget: Arc<MemoryBudget>,
 }
 
 /// A late span of a kept trace, waiting to be passed on.
@@ -200,6 +202,7 @@ impl TailSampler {
         settings: SamplerSettings,
         policies: PolicySet,
         metrics: SamplerMetrics,
+        budget: Arc<MemoryBudget>,
         shards: usize,
     ) -> (SamplerIngest, mpsc::Receiver<()>) {
         let shards = (0..shards.max(1))
@@ -221,6 +224,7 @@ impl TailSampler {
             outbox: Mutex::new(Vec::new()),
             wake: Notify::new(),
             metrics,
+            budget,
         });
         let (alive, closed) = mpsc::channel(1);
         (
@@ -329,7 +333,7 @@ impl TailSampler {
                 .extend(late);
             wake = true;
         }
-        if self.traces_held() > self.settings.num_traces {
+        if self.traces_held() > self.settings.num_traces || self.budget.under_pressure() {
             wake = true;
         }
         self.publish_gauges();
@@ -411,6 +415,7 @@ impl TailSampler {
         shard.spans += 1;
         self.spans_held.fetch_add(1, Ordering::Relaxed);
         self.bytes_held.fetch_add(grown, Ordering::Relaxed);
+        self.budget.charge(grown);
         match earlier {
             Some(due) => {
                 shard.reschedule(trace_id, due);
@@ -426,6 +431,7 @@ impl TailSampler {
         self.spans_held
             .fetch_sub(trace.spans.len(), Ordering::Relaxed);
         self.bytes_held.fetch_sub(trace.charged, Ordering::Relaxed);
+        self.budget.release(trace.charged);
     }
 
     /// Spans currently held by pending traces.
@@ -437,6 +443,26 @@ impl TailSampler {
         self.metrics.traces_on_memory.set(self.traces_held() as i64);
         self.metrics.bytes_held.set(self.bytes_held() as i64);
         self.metrics.spans_held.set(self.spans_held() as i64);
+    }
+
+    /// How many of the oldest traces must be decided before their deadline, and why:
+    /// those above `num_traces`, or enough to bring the memory budget back to its relief
+    /// target (estimated from the average trace's footprint).
+    fn early_decisions_needed(&self) -> (usize, EarlyReason) {
+        let held = self.traces_held();
+        let over_count = held.saturating_sub(self.settings.num_traces);
+        let excess_bytes = self.budget.excess().min(self.bytes_held());
+        let for_memory = if excess_bytes > 0 && held > 0 {
+            let average = (self.bytes_held() / held).max(1);
+            excess_bytes.div_ceil(average).min(held)
+        } else {
+            0
+        };
+        if for_memory > over_count {
+            (for_memory, EarlyReason::MemoryPressure)
+        } else {
+            (over_count, EarlyReason::NumTraces)
+        }
     }
 
     /// The `n`-th earliest deadline (1-based) over all shards, if that many traces are held.
@@ -507,11 +533,13 @@ impl TailSampler {
         let mut votes = Vec::new();
         loop {
             let now = Instant::now();
-            // Over num_traces, the oldest traces fall due now: everything up to the
-            // deadline of the excess-th earliest trace.
-            let due_by = match self.traces_held().checked_sub(self.settings.num_traces) {
-                Some(excess) if excess > 0 => self.nth_deadline(excess).map_or(now, |d| d.max(now)),
-                _ => now,
+            // Over num_traces or under memory pressure, the oldest traces fall due now:
+            // everything up to the deadline of the n-th earliest trace.
+            let (early_count, early_reason) = self.early_decisions_needed();
+            let due_by = if early_count > 0 {
+                self.nth_deadline(early_count).map_or(now, |d| d.max(now))
+            } else {
+                now
             };
             let mut decided = Vec::new();
             let mut progress = false;
@@ -522,7 +550,7 @@ impl TailSampler {
                         break;
                     };
                     if trace.deadline > now && trace.early.is_none() {
-                        self.metrics.record_early(EarlyReason::NumTraces);
+                        self.metrics.record_early(early_reason);
                     }
                     self.release(&trace);
                     let kept = self.decide(&mut shard, trace_id, &trace, now, &mut votes);

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::threshold::{Threshold, read_ot};
 use super::*;
+use crate::limiter::MemoryBudget;
 
 /// The seed's policies: status_code ERROR, then probabilistic at `percent`.
 fn seed_policies(percent: f64) -> PolicySet {
@@ -61,9 +62,17 @@ struct Harness {
 
 impl Harness {
     fn start(settings: SamplerSettings, percent: f64) -> Self {
+        Self::start_with_budget(settings, percent, MemoryBudget::unlimited())
+    }
+
+    fn start_with_budget(
+        settings: SamplerSettings,
+        percent: f64,
+        budget: Arc<MemoryBudget>,
+    ) -> Self {
         let policies = seed_policies(percent);
         let metrics = SamplerMetrics::unregistered(policies.names());
-        let (ingest, closed) = TailSampler::start(settings, policies, metrics, 4);
+        let (ingest, closed) = TailSampler::start(settings, policies, metrics, budget, 4);
         let (tx, output) = mpsc::channel(1024);
         let task = tokio::spawn(ingest.sampler().clone().run(closed, Downstream::Stage(tx)));
         Self {
@@ -293,6 +302,62 @@ async fn decides_oldest_early_over_num_traces() {
         rest.len(),
         10,
         "the rest are decided at shutdown, none lost"
+    );
+}
+
+/// Scenario: a memory budget with a soft limit of 64 KiB, and 200 traces of ~1 KiB each
+/// arriving 10ms apart, none due for 30s.
+/// Guarantees: the sampler decides its oldest traces early (counted as memory pressure)
+/// so the budget settles under its soft limit; the newest traces are still held; no trace
+/// is lost: every one is decided by shutdown.
+#[tokio::test(start_paused = true)]
+async fn decides_oldest_early_under_memory_pressure() {
+    let budget = MemoryBudget::new(128 << 10, 64 << 10);
+    let mut h = Harness::start_with_budget(settings(), 100.0, budget.clone());
+    let mut early = Vec::new();
+    for t in 0..200u64 {
+        let trace = trace_with_randomness(t + 1, t);
+        let spans: Vec<TestSpan> = (0..4)
+            .map(|i| span(trace, i + 1, (i > 0).then_some(1)))
+            .collect();
+        h.send(spans);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        early.extend(h.drain());
+        // At most one trace's worth over the soft limit, between a send and the decisions
+        // it triggers.
+        assert!(
+            budget.used() <= (64 << 10) + 2048,
+            "budget held near its soft limit: {}",
+            budget.used()
+        );
+    }
+    assert!(budget.used() <= 64 << 10, "settled under the soft limit");
+    let early_traces: HashSet<u128> = early.iter().map(|s| s.trace).collect();
+    assert!(
+        early_traces.len() > 100,
+        "most traces were decided early: {}",
+        early_traces.len()
+    );
+    assert!(
+        early_traces.contains(&trace_with_randomness(1, 0)),
+        "the oldest first"
+    );
+    assert!(
+        !early_traces.contains(&trace_with_randomness(200, 199)),
+        "the newest still held"
+    );
+    assert_eq!(
+        early.len(),
+        early_traces.len() * 4,
+        "early traces leave whole"
+    );
+    let held = h.sampler().traces_held();
+    assert!(held > 0);
+    let rest = h.close().await;
+    assert_eq!(
+        early.len() + rest.len(),
+        200 * 4,
+        "every trace decided, none lost"
     );
 }
 
