@@ -14,7 +14,7 @@ mod graph;
 mod payload;
 
 pub use graph::{BuildError, Pipelines, build_pipelines};
-pub use payload::TraceBatch;
+pub use payload::{MetricsBatch, TraceBatch};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -34,3 +34,30 @@ impl TraceBatch {
         self.span_count == 0
     }
 }
+
+/// An encoded OTLP `ExportMetricsServiceRequest` and the number of data points it holds.
+///
+/// Like [`TraceBatch`], the bytes are always a valid request, and several of them
+/// concatenated are again one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsBatch {
+    /// The encoded `ExportMetricsServiceRequest`.
+    pub request: Bytes,
+    /// How many data points `request` holds (the Collector's `metric_points`).
+    pub data_points: usize,
+}
+
+impl MetricsBatch {
+    /// Wraps already-validated request bytes holding `data_points` data points.
+    pub fn new(request: Bytes, data_points: usize) -> Self {
+        Self {
+            request,
+            data_points,
+        }
+    }
+
+    /// The encoded size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.request.len()
+    }
+}
