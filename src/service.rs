@@ -9,8 +9,10 @@ use prometheus::Registry;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, ExtensionConfig, ReceiverConfig};
-use crate::limiter::MemoryBudget;
+use crate::config::{
+    Config, ExtensionConfig, MemoryLimiterConfig, ProcessorConfig, ReceiverConfig,
+};
+use crate::limiter::{LimiterError, MemoryBudget, MemoryLimiter};
 use crate::net::{BindError, bind, local_addr};
 use crate::pipeline::{BuildError, Pipelines, TracesSink, build_pipelines};
 use crate::receiver::{ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http};
@@ -25,9 +27,31 @@ pub enum StartError {
     /// The pipelines could not be built.
     #[error(transparent)]
     Build(#[from] BuildError),
+    /// The memory limiter could not be set up.
+    #[error("processors.memory_limiter: {0}")]
+    Limiter(#[from] LimiterError),
     /// Metric families could not be registered (a programming error).
     #[error("registering metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+}
+
+/// The first `memory_limiter` (by id) that some pipeline uses.
+fn first_memory_limiter(config: &Config) -> Option<&MemoryLimiterConfig> {
+    config
+        .processors
+        .iter()
+        .find_map(|(id, processor)| match processor {
+            ProcessorConfig::MemoryLimiter(limiter)
+                if config
+                    .service
+                    .pipelines
+                    .values()
+                    .any(|pipeline| pipeline.processors.contains(id)) =>
+            {
+                Some(limiter)
+            }
+            _ => None,
+        })
 }
 
 /// The addresses the gateway listens on, once bound (ports chosen by the OS when the
@@ -131,8 +155,21 @@ impl Gateway {
             )));
         }
 
-        // Until the memory limiter sets a limit, the budget only counts.
-        let budget = MemoryBudget::unlimited();
+        // One memory budget for the process: set by the first memory_limiter that a
+        // pipeline uses; without one, the budget only counts.
+        let limiter = match first_memory_limiter(&config) {
+            Some(limiter_config) => {
+                let limiter = MemoryLimiter::start(limiter_config, &registry)?;
+                telemetry_tasks.push(tokio::spawn(
+                    limiter.clone().watch(telemetry_stopped.clone()),
+                ));
+                Some(limiter)
+            }
+            None => None,
+        };
+        let budget = limiter
+            .as_ref()
+            .map_or_else(MemoryBudget::unlimited, |limiter| limiter.budget().clone());
         let mut pipelines = build_pipelines(&config, &registry, &budget)?;
         let receiver_families = ReceiverMetricFamilies::register(&registry)?;
         let sinks = std::mem::take(&mut pipelines.traces_sinks);
@@ -142,6 +179,7 @@ impl Gateway {
             let intake = TracesIntake::new(
                 sinks.get(&id).cloned().unwrap_or_else(TracesSink::default),
                 receiver_families.for_receiver(&id, Transport::Grpc),
+                limiter.clone(),
             );
             tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener));
             let stop = receivers_stopped.clone();
@@ -155,6 +193,7 @@ impl Gateway {
             let intake = TracesIntake::new(
                 sinks.get(&id).cloned().unwrap_or_else(TracesSink::default),
                 receiver_families.for_receiver(&id, Transport::Http),
+                limiter.clone(),
             );
             tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener));
             receiver_tasks.push(tokio::spawn(otlp_http::serve(

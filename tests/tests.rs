@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per capability, shared helpers in `support`.
 
+mod accounting;
 mod bad_input;
 mod cli;
 mod export_retry;

@@ -273,7 +273,7 @@ fn url_path(problems: &mut Problems, fields: &Fields<'_>, key: &str) -> Option<S
 
 // === processors ===
 
-/// `processors.batch` and `processors.tail_sampling`.
+/// `processors.batch`, `processors.tail_sampling` and `processors.memory_limiter`.
 pub(crate) fn processor(
     problems: &mut Problems,
     id: &ComponentId,
@@ -282,6 +282,7 @@ pub(crate) fn processor(
 ) -> ProcessorConfig {
     match id.kind.as_str() {
         "tail_sampling" => super::tail_sampling::processor(problems, path, value),
+        "memory_limiter" => super::memory_limiter::processor(problems, path, value),
         _ => batch_processor(problems, path, value),
     }
 }

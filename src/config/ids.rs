@@ -47,7 +47,11 @@ impl Section {
     pub(crate) fn types(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Section::Receivers => &[("otlp", "otlp")],
-            Section::Processors => &[("batch", "batch"), ("tail_sampling", "tail_sampling")],
+            Section::Processors => &[
+                ("batch", "batch"),
+                ("memory_limiter", "memory_limiter"),
+                ("tail_sampling", "tail_sampling"),
+            ],
             Section::Exporters => &[
                 ("otlp", "otlp_grpc"),
                 ("otlp_grpc", "otlp_grpc"),
@@ -62,10 +66,9 @@ impl Section {
 
     /// Collector types that tailgate will implement but does not yet.
     pub(crate) fn reserved(self) -> &'static [&'static str] {
-        match self {
-            Section::Processors => &["memory_limiter"],
-            _ => &[],
-        }
+        // None at the moment; connectors are refused separately.
+        let _ = self;
+        &[]
     }
 }
 

@@ -54,6 +54,7 @@ mod error;
 mod expand;
 mod fields;
 mod ids;
+mod memory_limiter;
 mod render;
 mod service;
 mod tail_sampling;

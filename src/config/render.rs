@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use super::duration;
 use super::{
     ComponentId, Compression, Config, ExporterConfig, ExtensionConfig, LogEncoding, LogLevel,
-    OtlpExporterConfig, PolicyConfig, PolicyKind, ProcessorConfig, ReceiverConfig, StatusCodeName,
-    TailSamplingConfig, Verbosity,
+    MemoryAmount, OtlpExporterConfig, PolicyConfig, PolicyKind, ProcessorConfig, ReceiverConfig,
+    StatusCodeName, TailSamplingConfig, Verbosity,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -70,6 +70,22 @@ pub fn render(config: &Config) -> String {
                 out.plain(2, "timeout", duration::format(batch.timeout));
             }
             ProcessorConfig::TailSampling(tail) => tail_sampling(&mut out, tail),
+            ProcessorConfig::MemoryLimiter(limiter) => {
+                out.plain(
+                    2,
+                    "check_interval",
+                    duration::format(limiter.check_interval),
+                );
+                let amount = |out: &mut Out, mib_key: &str, percent_key: &str, amount| match amount
+                {
+                    MemoryAmount::Bytes(bytes) => out.plain(2, mib_key, bytes >> 20),
+                    MemoryAmount::Percentage(percent) => out.plain(2, percent_key, percent),
+                };
+                amount(&mut out, "limit_mib", "limit_percentage", limiter.limit);
+                if let Some(spike) = limiter.spike {
+                    amount(&mut out, "spike_limit_mib", "spike_limit_percentage", spike);
+                }
+            }
         }
     }
 

@@ -474,7 +474,6 @@ fn unknown_and_unsupported_types() {
 receivers:
   jaeger:
 processors:
-  memory_limiter:
   filter/x:
 exporters:
   kafka/out:
@@ -485,13 +484,12 @@ extensions:
 service:
   pipelines:
     traces:
-      processors: [memory_limiter]
+      processors: [filter/x]
 "
         ),
         [
             "receivers.jaeger: unknown receiver type \"jaeger\" (known: otlp)",
-            "processors.filter/x: unknown processor type \"filter\" (known: batch, tail_sampling)",
-            "processors.memory_limiter: processor type \"memory_limiter\" is not supported yet by this version of tailgate; remove it",
+            "processors.filter/x: unknown processor type \"filter\" (known: batch, memory_limiter, tail_sampling)",
             "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug)",
             "connectors.spanmetrics: connector type \"spanmetrics\" is not supported yet by this version of tailgate; remove it",
             "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check)",
@@ -1739,4 +1737,64 @@ fn tail_sampling_render_round_trips() {
         Some(Duration::from_secs(2))
     );
     assert_eq!(tail.maximum_trace_size_bytes, Some(nz(1 << 20)));
+}
+
+// === memory_limiter ===
+
+/// Scenario: memory_limiter in MiB, in percentages, and with mistakes.
+/// Guarantees: the Collector's keys load to bytes or percentages; check_interval is
+/// required; a spike at or above the limit and a missing limit are reported with paths;
+/// render round-trips.
+#[test]
+fn memory_limiter_keys() {
+    let base = |limiter: &str| {
+        format!(
+            "receivers: {{otlp: {{protocols: {{grpc: {{}}}}}}}}
+processors:
+  memory_limiter:
+{limiter}
+exporters: {{debug: {{}}}}
+service: {{pipelines: {{traces: {{receivers: [otlp], processors: [memory_limiter], exporters: [debug]}}}}}}
+"
+        )
+    };
+    let config = load_str(&[&base(
+        "    check_interval: 1s\n    limit_mib: 64\n    spike_limit_mib: 16",
+    )])
+    .expect("valid");
+    assert_eq!(
+        config.processors[&id("memory_limiter")],
+        ProcessorConfig::MemoryLimiter(MemoryLimiterConfig {
+            check_interval: Duration::from_secs(1),
+            limit: MemoryAmount::Bytes(64 << 20),
+            spike: Some(MemoryAmount::Bytes(16 << 20)),
+        })
+    );
+    assert_eq!(load_str(&[&render(&config)]).expect("round trip"), config);
+    let config = load_str(&[&base(
+        "    check_interval: 2s\n    limit_percentage: 80\n    spike_limit_percentage: 20",
+    )])
+    .expect("valid");
+    assert_eq!(
+        config.processors[&id("memory_limiter")],
+        ProcessorConfig::MemoryLimiter(MemoryLimiterConfig {
+            check_interval: Duration::from_secs(2),
+            limit: MemoryAmount::Percentage(80),
+            spike: Some(MemoryAmount::Percentage(20)),
+        })
+    );
+    assert_eq!(load_str(&[&render(&config)]).expect("round trip"), config);
+    assert_eq!(
+        problems_with(&base("    limit_mib: 64\n    spike_limit_mib: 64")),
+        [
+            "processors.memory_limiter.check_interval: must be greater than 0 (the Collector requires it too); 1s is usual",
+            "processors.memory_limiter.spike_limit_mib: must be less than limit_mib (64), found 64",
+        ]
+    );
+    assert_eq!(
+        problems_with(&base("    check_interval: 1s")),
+        [
+            "processors.memory_limiter: set limit_mib or limit_percentage (of the container's memory limit)"
+        ]
+    );
 }

@@ -103,10 +103,35 @@ pub struct CorsConfig {
 /// A processor's typed settings.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ProcessorConfig {
+    /// `memory_limiter`.
+    MemoryLimiter(MemoryLimiterConfig),
     /// `batch`.
     Batch(BatchConfig),
     /// `tail_sampling`.
     TailSampling(TailSamplingConfig),
+}
+
+/// `processors.memory_limiter`: sets the one memory budget every held byte is charged
+/// to, and the process RSS guard. One budget serves the whole process: with several
+/// memory_limiter processors, the first (by id) sets it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryLimiterConfig {
+    /// `check_interval` (required, > 0): how often the process RSS is read.
+    pub check_interval: Duration,
+    /// `limit_mib` or `limit_percentage` (of the container's memory limit): the hard limit.
+    pub limit: MemoryAmount,
+    /// `spike_limit_mib` or `spike_limit_percentage`: the soft limit is `limit - spike`.
+    /// `None` means 20% of the limit, as in the Collector.
+    pub spike: Option<MemoryAmount>,
+}
+
+/// An amount of memory as configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryAmount {
+    /// A number of bytes (`*_mib` keys, converted).
+    Bytes(u64),
+    /// A percentage of the container's memory limit (cgroup), else of total memory.
+    Percentage(u32),
 }
 
 /// `processors.batch`.

@@ -1,90 +1,316 @@
-//! The one memory budget (DESIGN decision 2): every byte the pipeline holds (the trace
-//! buffer today; batches and export queues as they are charged) is counted here against
-//! one limit, so that pressure anywhere frees memory where it can be freed.
+//! The memory limit (DESIGN decision 2): one budget in bytes for everything the pipeline
+//! holds, admission in front of the receivers, and the process RSS as a coarser second
+//! guard.
 //!
-//! The budget has a hard limit and a soft limit below it (the Collector's `limit` and
-//! `limit - spike_limit`). Above the soft limit the budget is *under pressure*: holders
-//! that can free memory early (the tail sampler decides its oldest traces) do so until use
-//! falls back to the relief target, a little below the soft limit, so that the pressure
-//! does not flap on and off with every request.
+//! - [`MemoryBudget`] counts held bytes (the trace buffer today). Above its soft limit it
+//!   is under pressure, and the tail sampler decides its oldest traces early to relieve it.
+//! - [`MemoryLimiter`] (from `processors.memory_limiter`) sets the budget's limits and
+//!   answers receivers *before they read a request body*: a request is refused, with a
+//!   retryable status, while the budget plus the request would pass the soft limit or
+//!   while the RSS guard is tripped.
+//! - [`MemoryLimiter::watch`] reads the process RSS every `check_interval` and moves the
+//!   limiter between normal, soft and hard, with hysteresis: back to normal only once both
+//!   the RSS and the budget are below 90% of the soft limit. Each change is logged once.
+
+mod budget;
+mod cgroup;
+
+pub use budget::MemoryBudget;
+pub use cgroup::{TotalSource, total_memory};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
-/// Use falls back to this share of the soft limit before pressure is relieved.
-const RELIEF_SHARE: f64 = 0.9;
+use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
+use tokio::sync::watch;
 
-/// A shared count of bytes held, with its limits.
-#[derive(Debug)]
-pub struct MemoryBudget {
-    hard_limit: usize,
-    soft_limit: usize,
-    used: AtomicUsize,
+use crate::config::{MemoryAmount, MemoryLimiterConfig};
+use crate::error::PipelineError;
+
+/// Use must fall below this share of the soft limit to leave the soft state.
+const RECOVERY_SHARE: f64 = 0.9;
+
+/// How long a refused client is told to wait.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Where the limiter stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimiterState {
+    /// Below the soft limit: requests are admitted by size.
+    Normal = 0,
+    /// At or above the soft limit: new data is refused; holders free memory.
+    Soft = 1,
+    /// At or above the hard limit: everything is refused.
+    Hard = 2,
 }
 
-impl MemoryBudget {
-    /// A budget that never comes under pressure (no memory limit configured).
-    pub fn unlimited() -> Arc<Self> {
-        Arc::new(Self {
-            hard_limit: usize::MAX,
-            soft_limit: usize::MAX,
-            used: AtomicUsize::new(0),
-        })
-    }
-
-    /// A budget of `hard_limit` bytes that comes under pressure above `soft_limit`
-    /// (clamped to the hard limit).
-    pub fn new(hard_limit: usize, soft_limit: usize) -> Arc<Self> {
-        Arc::new(Self {
-            hard_limit,
-            soft_limit: soft_limit.min(hard_limit),
-            used: AtomicUsize::new(0),
-        })
-    }
-
-    /// Counts `bytes` more as held.
-    pub fn charge(&self, bytes: usize) {
-        self.used.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    /// Counts `bytes` fewer as held. Releasing more than was charged is a bug; the count
-    /// saturates at zero rather than wrapping.
-    pub fn release(&self, bytes: usize) {
-        let _ = self
-            .used
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                Some(used.saturating_sub(bytes))
-            });
-    }
-
-    /// Bytes held now.
-    pub fn used(&self) -> usize {
-        self.used.load(Ordering::Relaxed)
-    }
-
-    /// The hard limit in bytes (`usize::MAX` when unlimited).
-    pub fn hard_limit(&self) -> usize {
-        self.hard_limit
-    }
-
-    /// The soft limit in bytes (`usize::MAX` when unlimited).
-    pub fn soft_limit(&self) -> usize {
-        self.soft_limit
-    }
-
-    /// True while use is above the soft limit: holders should free what they can.
-    pub fn under_pressure(&self) -> bool {
-        self.used() > self.soft_limit
-    }
-
-    /// How many bytes must be freed to bring use down to the relief target (zero when
-    /// not under pressure).
-    pub fn excess(&self) -> usize {
-        if !self.under_pressure() {
-            return 0;
+impl LimiterState {
+    fn from_raw(raw: u8) -> Self {
+        match raw {
+            0 => Self::Normal,
+            1 => Self::Soft,
+            _ => Self::Hard,
         }
-        let target = (self.soft_limit as f64 * RELIEF_SHARE) as usize;
-        self.used().saturating_sub(target)
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Normal => "normal",
+            Self::Soft => "soft",
+            Self::Hard => "hard",
+        }
+    }
+}
+
+/// Failure to set up the limiter.
+#[derive(Debug, thiserror::Error)]
+pub enum LimiterError {
+    /// A percentage limit was configured but no memory total could be read.
+    #[error(
+        "limit_percentage needs the container's memory limit, and neither the cgroup limit \
+         nor /proc/meminfo could be read; set limit_mib instead"
+    )]
+    NoTotal,
+    /// The resolved limits are unusable.
+    #[error("the soft limit (limit - spike = {soft} bytes) must be above zero")]
+    NoRoom {
+        /// The soft limit that came out.
+        soft: u64,
+    },
+    /// Metric registration failed (a programming error).
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// The limits, resolved to bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The hard limit.
+    pub hard: u64,
+    /// The soft limit: hard minus spike.
+    pub soft: u64,
+}
+
+impl Limits {
+    /// Resolves a config against `total` bytes of memory (needed for percentages).
+    ///
+    /// # Errors
+    ///
+    /// When a percentage is configured without a total, or the soft limit is zero.
+    pub fn resolve(config: &MemoryLimiterConfig, total: Option<u64>) -> Result<Self, LimiterError> {
+        let bytes = |amount: MemoryAmount| match amount {
+            MemoryAmount::Bytes(bytes) => Ok(bytes),
+            MemoryAmount::Percentage(percent) => total
+                .map(|total| total / 100 * u64::from(percent))
+                .ok_or(LimiterError::NoTotal),
+        };
+        let hard = bytes(config.limit)?;
+        let spike = match config.spike {
+            Some(spike) => bytes(spike)?,
+            None => hard / 5,
+        };
+        let soft = hard.saturating_sub(spike);
+        if soft == 0 {
+            return Err(LimiterError::NoRoom { soft });
+        }
+        Ok(Self { hard, soft })
+    }
+}
+
+/// The running memory limiter; see the module docs.
+pub struct MemoryLimiter {
+    limits: Limits,
+    budget: Arc<MemoryBudget>,
+    state: AtomicU8,
+    check_interval: Duration,
+    metrics: LimiterMetrics,
+}
+
+struct LimiterMetrics {
+    used: IntGauge,
+    rss: IntGauge,
+    state: IntGauge,
+}
+
+impl MemoryLimiter {
+    /// A limiter for `config`, its percentages resolved against the container's memory,
+    /// registering its gauges in `registry`.
+    ///
+    /// # Errors
+    ///
+    /// See [`Limits::resolve`].
+    pub fn start(
+        config: &MemoryLimiterConfig,
+        registry: &Registry,
+    ) -> Result<Arc<Self>, LimiterError> {
+        let total = total_memory();
+        let limits = Limits::resolve(config, total.map(|(bytes, _)| bytes))?;
+        tracing::info!(
+            event = "memory_limiter.started",
+            hard_limit_bytes = limits.hard,
+            soft_limit_bytes = limits.soft,
+            total_bytes = total.map(|(bytes, _)| bytes),
+            total_source = ?total.map(|(_, source)| source),
+        );
+        Self::with_limits(limits, config.check_interval, registry)
+    }
+
+    /// A limiter with limits already in bytes.
+    ///
+    /// # Errors
+    ///
+    /// When the gauges cannot be registered.
+    pub fn with_limits(
+        limits: Limits,
+        check_interval: Duration,
+        registry: &Registry,
+    ) -> Result<Arc<Self>, LimiterError> {
+        let to_usize = |bytes: u64| usize::try_from(bytes).unwrap_or(usize::MAX);
+        let budget = MemoryBudget::new(to_usize(limits.hard), to_usize(limits.soft));
+        let limit = IntGaugeVec::new(
+            Opts::new(
+                "tailgate_memory_budget_limit_bytes",
+                "The memory budget's limits in bytes: hard (limit) and soft (limit - spike).",
+            ),
+            &["limit"],
+        )?;
+        let gauge = |name: &str, help: &str| IntGauge::with_opts(Opts::new(name, help));
+        let metrics = LimiterMetrics {
+            used: gauge(
+                "tailgate_memory_budget_used_bytes",
+                "Bytes held by the pipeline and charged to the memory budget.",
+            )?,
+            rss: gauge(
+                "tailgate_memory_limiter_rss_bytes",
+                "Process RSS as last read by the memory limiter.",
+            )?,
+            state: gauge(
+                "tailgate_memory_limiter_state",
+                "0 normal, 1 soft (new data refused), 2 hard (everything refused).",
+            )?,
+        };
+        limit
+            .with_label_values(&["hard"])
+            .set(i64::try_from(limits.hard).unwrap_or(i64::MAX));
+        limit
+            .with_label_values(&["soft"])
+            .set(i64::try_from(limits.soft).unwrap_or(i64::MAX));
+        registry.register(Box::new(limit))?;
+        registry.register(Box::new(metrics.used.clone()))?;
+        registry.register(Box::new(metrics.rss.clone()))?;
+        registry.register(Box::new(metrics.state.clone()))?;
+        Ok(Arc::new(Self {
+            limits,
+            budget,
+            state: AtomicU8::new(LimiterState::Normal as u8),
+            check_interval,
+            metrics,
+        }))
+    }
+
+    /// The budget every holder charges.
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
+    }
+
+    /// The resolved limits.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The current state.
+    pub fn state(&self) -> LimiterState {
+        LimiterState::from_raw(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Decides whether a request of about `incoming_bytes` may be read.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Overloaded`] (retryable) when the limiter is in the soft or hard
+    /// state, or the budget plus the request would pass the soft limit.
+    pub fn admit(&self, incoming_bytes: usize) -> Result<(), PipelineError> {
+        let refuse = |reason| {
+            Err(PipelineError::Overloaded {
+                reason,
+                retry_after: RETRY_AFTER,
+            })
+        };
+        match self.state() {
+            LimiterState::Hard => return refuse("memory use above the hard limit"),
+            LimiterState::Soft => return refuse("memory use above the soft limit"),
+            LimiterState::Normal => {}
+        }
+        if self.budget.used().saturating_add(incoming_bytes) > self.budget.soft_limit() {
+            return refuse("memory budget full");
+        }
+        Ok(())
+    }
+
+    /// Reads the RSS every `check_interval` and updates the state until `stop`.
+    pub async fn watch(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(self.check_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            let rss = crate::telemetry::rss_bytes().unwrap_or(0);
+            self.observe(rss);
+        }
+    }
+
+    /// Moves the state for a reading of `rss` bytes and the budget's use.
+    pub fn observe(&self, rss: u64) {
+        let used = self.budget.used() as u64;
+        let highest = rss.max(used);
+        let before = self.state();
+        let recovered = (self.limits.soft as f64 * RECOVERY_SHARE) as u64;
+        // Once refusing, stay so until use is clearly below the soft limit.
+        let soft_from = if before == LimiterState::Normal {
+            self.limits.soft
+        } else {
+            recovered
+        };
+        let after = if highest >= self.limits.hard {
+            LimiterState::Hard
+        } else if highest >= soft_from {
+            LimiterState::Soft
+        } else {
+            LimiterState::Normal
+        };
+        self.state.store(after as u8, Ordering::Relaxed);
+        self.metrics
+            .used
+            .set(i64::try_from(used).unwrap_or(i64::MAX));
+        self.metrics.rss.set(i64::try_from(rss).unwrap_or(i64::MAX));
+        self.metrics.state.set(after as i64);
+        if after != before {
+            let log = |level_error: bool| {
+                if level_error {
+                    tracing::warn!(
+                        event = "memory_limiter.state_changed",
+                        from = before.label(),
+                        to = after.label(),
+                        rss_bytes = rss,
+                        budget_used_bytes = used,
+                        soft_limit_bytes = self.limits.soft,
+                        hard_limit_bytes = self.limits.hard,
+                    );
+                } else {
+                    tracing::info!(
+                        event = "memory_limiter.state_changed",
+                        from = before.label(),
+                        to = after.label(),
+                        rss_bytes = rss,
+                        budget_used_bytes = used,
+                    );
+                }
+            };
+            log(after != LimiterState::Normal);
+        }
     }
 }
 
@@ -92,22 +318,86 @@ impl MemoryBudget {
 mod tests {
     use super::*;
 
-    /// Scenario: a budget is charged past its soft limit, then released.
-    /// Guarantees: pressure starts above the soft limit, the excess aims below it (the
-    /// relief target), and an unlimited budget is never under pressure.
+    fn limiter(hard: u64, soft: u64) -> Arc<MemoryLimiter> {
+        MemoryLimiter::with_limits(
+            Limits { hard, soft },
+            Duration::from_secs(1),
+            &Registry::new(),
+        )
+        .expect("fresh registry")
+    }
+
+    /// Scenario: limits from MiB and from percentages, with and without a spike.
+    /// Guarantees: the Collector's arithmetic (soft = limit - spike, spike 20% by default);
+    /// a percentage without a known total is an error naming the fix.
     #[test]
-    fn pressure_and_excess() {
-        let budget = MemoryBudget::new(1000, 800);
-        budget.charge(700);
-        assert!(!budget.under_pressure());
-        assert_eq!(budget.excess(), 0);
-        budget.charge(200);
-        assert!(budget.under_pressure());
-        assert_eq!(budget.excess(), 900 - 720);
-        budget.release(5000);
-        assert_eq!(budget.used(), 0);
-        let unlimited = MemoryBudget::unlimited();
-        unlimited.charge(usize::MAX / 2);
-        assert!(!unlimited.under_pressure());
+    fn resolves_limits() {
+        let config = |limit, spike| MemoryLimiterConfig {
+            check_interval: Duration::from_secs(1),
+            limit,
+            spike,
+        };
+        let mib = 1 << 20;
+        assert_eq!(
+            Limits::resolve(&config(MemoryAmount::Bytes(100 * mib), None), None).expect("mib"),
+            Limits {
+                hard: 100 * mib,
+                soft: 80 * mib
+            }
+        );
+        assert_eq!(
+            Limits::resolve(
+                &config(
+                    MemoryAmount::Percentage(80),
+                    Some(MemoryAmount::Percentage(20))
+                ),
+                Some(1000 * mib)
+            )
+            .expect("percent"),
+            Limits {
+                hard: 800 * mib,
+                soft: 600 * mib
+            }
+        );
+        let error = Limits::resolve(&config(MemoryAmount::Percentage(80), None), None)
+            .expect_err("no total");
+        assert!(error.to_string().contains("limit_mib"));
+    }
+
+    /// Scenario: the RSS rises past the soft limit, past the hard limit, then falls.
+    /// Guarantees: refusals start at the soft limit, everything is refused at the hard
+    /// limit, and admission resumes only below 90% of the soft limit (hysteresis).
+    #[test]
+    fn moves_between_states_with_hysteresis() {
+        let limiter = limiter(1000, 800);
+        limiter.observe(500);
+        assert_eq!(limiter.state(), LimiterState::Normal);
+        assert!(limiter.admit(100).is_ok());
+        limiter.observe(850);
+        assert_eq!(limiter.state(), LimiterState::Soft);
+        assert!(limiter.admit(0).is_err());
+        limiter.observe(1200);
+        assert_eq!(limiter.state(), LimiterState::Hard);
+        limiter.observe(750);
+        assert_eq!(
+            limiter.state(),
+            LimiterState::Soft,
+            "not yet below 90% of soft"
+        );
+        limiter.observe(700);
+        assert_eq!(limiter.state(), LimiterState::Normal);
+        assert!(limiter.admit(0).is_ok());
+    }
+
+    /// Scenario: the budget is nearly full when a request arrives.
+    /// Guarantees: a request that would take the budget past its soft limit is refused
+    /// retryably; a smaller one is admitted.
+    #[test]
+    fn admits_by_request_size() {
+        let limiter = limiter(1000, 800);
+        limiter.budget().charge(700);
+        let refused = limiter.admit(200).expect_err("would pass the soft limit");
+        assert!(refused.is_retryable());
+        assert!(limiter.admit(50).is_ok());
     }
 }

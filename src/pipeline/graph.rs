@@ -39,8 +39,8 @@ pub enum BuildError {
     },
     /// A tail_sampling processor is not first in its pipeline.
     #[error(
-        "service.pipelines.{pipeline}.processors: {processor} must come first (it buffers \
-         whole traces; put batch after it)"
+        "service.pipelines.{pipeline}.processors: {processor} must come first, after \
+         memory_limiter only (it buffers whole traces; put batch after it)"
     )]
     SamplerNotFirst {
         /// The pipeline.
@@ -136,8 +136,16 @@ pub fn build_pipelines(
                     stage_tasks.push(tokio::spawn(batcher.run(receiver, downstream)));
                     downstream = Downstream::Stage(sender);
                 }
+                // Admission at the receivers enforces the memory limit, before decoding.
+                Some(ProcessorConfig::MemoryLimiter(_)) | None => {}
                 Some(ProcessorConfig::TailSampling(tail_sampling)) => {
-                    if position != 0 {
+                    let only_limiters_before = pipeline.processors[..position].iter().all(|p| {
+                        matches!(
+                            config.processors.get(p),
+                            Some(ProcessorConfig::MemoryLimiter(_))
+                        )
+                    });
+                    if !only_limiters_before {
                         return Err(BuildError::SamplerNotFirst {
                             pipeline: pipeline_id.to_string(),
                             processor: id.clone(),
@@ -160,7 +168,6 @@ pub fn build_pipelines(
                     stage_tasks.push(tokio::spawn(sampler.run(intake_closed, downstream.clone())));
                     sampler_entry = Some(ingest);
                 }
-                None => {}
             }
         }
         let entry = match (sampler_entry, downstream) {

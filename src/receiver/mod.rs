@@ -10,10 +10,13 @@ pub mod otlp_http;
 
 pub use metrics::{ReceiverMetricFamilies, ReceiverMetrics, Transport};
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use prost::Message;
 
 use crate::error::PipelineError;
+use crate::limiter::MemoryLimiter;
 use crate::pipeline::{TraceBatch, TracesSink};
 
 /// Validates, counts and admits trace requests for one receiver and transport.
@@ -21,12 +24,37 @@ use crate::pipeline::{TraceBatch, TracesSink};
 pub struct TracesIntake {
     sink: TracesSink,
     metrics: ReceiverMetrics,
+    limiter: Option<Arc<MemoryLimiter>>,
 }
 
 impl TracesIntake {
-    /// An intake feeding `sink`, counting into `metrics`.
-    pub fn new(sink: TracesSink, metrics: ReceiverMetrics) -> Self {
-        Self { sink, metrics }
+    /// An intake feeding `sink`, counting into `metrics`, admitting requests through
+    /// `limiter` when a memory limit is configured.
+    pub fn new(
+        sink: TracesSink,
+        metrics: ReceiverMetrics,
+        limiter: Option<Arc<MemoryLimiter>>,
+    ) -> Self {
+        Self {
+            sink,
+            metrics,
+            limiter,
+        }
+    }
+
+    /// Admission, before the request body is read: refuses (retryably, counted) while the
+    /// memory limiter says no. `size_hint` is the body's length when known, else 0.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Overloaded`].
+    pub fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        limiter.admit(size_hint).inspect_err(|error| {
+            self.metrics.record_refused(0, error);
+        })
     }
 
     /// Admits an encoded `ExportTraceServiceRequest`; returns its span count.

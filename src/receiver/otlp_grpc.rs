@@ -105,6 +105,11 @@ where
             ));
             return Box::pin(async move { Ok(status.into_http()) });
         }
+        // Admission before the body is read or decoded. gRPC carries no length up front,
+        // so the check is the limiter's state and the budget's headroom.
+        if let Err(error) = self.intake.admit(0) {
+            return Box::pin(async move { Ok(error.grpc_status().into_http()) });
+        }
         let handler = ExportHandler {
             intake: self.intake.clone(),
         };

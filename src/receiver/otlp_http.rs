@@ -142,6 +142,14 @@ impl HttpReceiver {
         encoding: Encoding,
     ) -> Result<(), PipelineError> {
         let limit = self.config.max_request_body_size;
+        // Admission before the body is read: by its declared length when there is one.
+        let declared_length = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        self.traces.admit(declared_length)?;
         let content_encoding = request
             .headers()
             .get(header::CONTENT_ENCODING)

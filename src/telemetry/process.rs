@@ -107,7 +107,7 @@ pub(crate) fn read_cpu_seconds() -> Option<f64> {
 }
 
 /// Resident set size of this process in bytes (`VmRSS` of `/proc/self/status`).
-pub(crate) fn read_rss_bytes() -> Option<u64> {
+pub fn read_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
