@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: formatting, lints, then every test.
-# Installs what the tests need when it is missing, so it runs on a fresh machine.
+# The whole test suite, as CI runs it: formatting, lints, the deploy checks, then every
+# test. Installs what the tests need when it is missing, so it runs on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +9,10 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
+
+echo "== deploy checks (kustomize, schemas, promtool, checkov, tailgate validate)"
+cargo build --locked --bin tailgate
+TAILGATE_BIN="$PWD/target/debug/tailgate" ./scripts/check-deploy.sh
 
 echo "== cargo test"
 # Two test threads: the machine has two cores and the integration tests run servers.
