@@ -6,7 +6,8 @@
 # time, waits for the sink to drain, and reports for the gateway process:
 #   spans/s accepted, CPU seconds per million spans (utime+stime from /proc/<pid>/stat,
 #   read before and after the load), idle RSS and peak RSS (VmRSS before the load, VmHWM
-#   after), the delay from span end to arrival at the sink (p50/p99), refusals.
+#   after), the delay from a trace's root span end (= when the loadgen made it) to its
+#   arrival at the sink (p50/p99), refusals.
 # Results: a Markdown table on stdout and in $OUT/results.md, raw JSON in $OUT/.
 #
 # Usage: benches/load.sh [--config FILE] [--duration 25s] [--rate SPANS_PER_SEC]
@@ -196,7 +197,7 @@ run_one() {
   echo
   echo "### $(date -u +%Y-%m-%dT%H:%MZ) duration $DURATION, rate $RATE spans/s, config $CONFIG_NOTE, export compression $TAILGATE_BENCH_EXPORT_COMPRESSION"
   echo
-  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | span end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span |"
+  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee -a "$RESULTS"
 

@@ -3,9 +3,11 @@
 //! tailgate's wire reader (no decode into objects, so it costs little CPU beside the
 //! process being measured), and discards them.
 //!
-//! It measures the delay from each span's end time to its arrival, which for a gateway
-//! under test is the time spans spend inside it (batching, decision wait, export), plus
-//! the loadgen's own queueing.
+//! It measures, for each root span, the delay from its end time to its arrival. The load
+//! generator ends each trace's root when it generates the trace, so for a gateway under
+//! test this is the time the trace spends inside it (batching, decision wait, export),
+//! plus the loadgen's own queueing. (Child spans end earlier, so their delay would mostly
+//! measure the trace's own duration; they are not counted.)
 //!
 //! Counts go to `--stats-file` as JSON every second and on exit (SIGTERM or SIGINT), and
 //! to stdout on exit.
@@ -53,7 +55,7 @@ struct State {
     error_spans: AtomicU64,
     bytes: AtomicU64,
     invalid: AtomicU64,
-    /// Milliseconds from span end to arrival. A mutex is fine: one short critical section
+    /// Milliseconds from root span end to arrival. A mutex is fine: one short critical section
     /// per request, not per span.
     delays: Mutex<Vec<u64>>,
 }
@@ -121,10 +123,12 @@ impl State {
             for ss in &rs.scope_spans {
                 for span in &ss.spans {
                     spans += 1;
-                    roots += u64::from(span.parent_span_id.is_none());
                     errors += u64::from(span.status_code == 2);
-                    let ms = now.saturating_sub(span.end_time_unix_nano) / 1_000_000;
-                    local.push((ms as usize).min(DELAY_BUCKETS - 1));
+                    if span.parent_span_id.is_none() {
+                        roots += 1;
+                        let ms = now.saturating_sub(span.end_time_unix_nano) / 1_000_000;
+                        local.push((ms as usize).min(DELAY_BUCKETS - 1));
+                    }
                 }
             }
         }

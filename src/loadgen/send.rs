@@ -1,6 +1,7 @@
 //! Sending one request over OTLP gRPC, HTTP/protobuf or HTTP/JSON, and classifying the
 //! answer as the OTLP specification asks a client to.
 
+use std::error::Error as _;
 use std::io::Write;
 use std::time::Duration;
 
@@ -324,6 +325,11 @@ impl tonic::codec::Decoder for DiscardDecoder {
 /// (UNKNOWN/CANCELLED/DEADLINE_EXCEEDED from the client side) counts as failed.
 pub fn classify_grpc(status: &tonic::Status) -> Outcome {
     use tonic::Code;
+    // A status the client made itself (connection refused or reset) carries the
+    // transport error as its source; one the server sent has none.
+    if status.source().is_some() {
+        return Outcome::Failed(format!("{:?}: {}", status.code(), status.message()));
+    }
     match status.code() {
         Code::Ok => Outcome::Accepted,
         Code::Unavailable | Code::ResourceExhausted => {
@@ -336,8 +342,6 @@ pub fn classify_grpc(status: &tonic::Status) -> Outcome {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse::<u64>().ok())
                 .map(Duration::from_millis);
-            // A connection that cannot be made also shows as UNAVAILABLE; that is
-            // retryable too, so it is classed with refusals.
             Outcome::Retryable {
                 retry_after: from_details.or(from_pushback),
             }

@@ -325,6 +325,37 @@ async fn unbounded_runs_are_refused() {
     assert!(matches!(run(bad).await, Err(LoadError::Invalid(_))));
 }
 
+/// Scenario: 10 spans sent, one attempt, to a loopback port where nothing listens.
+/// Guarantees: the run ends, counting the spans as failed (no answer), not as refused.
+#[tokio::test]
+async fn nothing_listening_counts_as_failed() {
+    let summary = run(LoadConfig {
+        generator: GeneratorConfig::default(),
+        send: SendConfig {
+            protocol: Protocol::Grpc,
+            endpoint: "127.0.0.1:1".into(),
+            gzip: false,
+            timeout: Duration::from_secs(2),
+        },
+        connections: 1,
+        rate: None,
+        spans: Some(10),
+        duration: None,
+        batch_spans: 100,
+        seed: 0,
+        split_ratio: 0.0,
+        lateness: Duration::ZERO,
+        max_attempts: 1,
+        expect: None,
+        progress: false,
+    })
+    .await
+    .unwrap();
+    assert_eq!(summary.sent_spans, 12);
+    assert_eq!(summary.failed_spans, 12);
+    assert_eq!((summary.refusals, summary.errors), (0, 1));
+}
+
 mod end_to_end {
     use std::sync::{Arc, Mutex};
 
