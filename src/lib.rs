@@ -22,12 +22,15 @@
 //! - [`shutdown`]: the staged drain protocol.
 //! - [`error`]: pipeline errors and the one mapping to gRPC and HTTP status.
 //! - [`net`]: listening sockets and the HTTP serve loop shared by every endpoint.
+//! - [`loadgen`]: not a stage: the load generator behind `tailgate-loadgen`, which sends
+//!   realistic OTLP traces to any endpoint for the benches and load tests.
 
 pub mod batcher;
 pub mod config;
 pub mod error;
 pub mod exporter;
 pub mod limiter;
+pub mod loadgen;
 pub mod net;
 pub mod otlp;
 pub mod pipeline;

@@ -78,6 +78,8 @@ pub async fn serve_http<H, F>(
             _ = async { let _ = stop.wait_for(|stopped| *stopped).await; } => break,
             accepted = listener.accept() => {
                 let Ok((stream, _peer)) = accepted else { continue };
+                // OTLP answers are small; do not let Nagle's algorithm hold them back.
+                let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
                 let mut conn_stop = conn_stop_rx.clone();
                 connections.spawn(async move {

@@ -26,9 +26,9 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::codec::{BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decoder};
 use tonic::server::{NamedService, UnaryService};
+use tonic::transport::server::TcpIncoming;
 
 use super::TracesIntake;
 use crate::config::GrpcServerConfig;
@@ -65,9 +65,13 @@ pub async fn serve(
         .add_service(trace_service)
         .add_service(metrics_service)
         .add_service(logs_service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            let _ = stop.wait_for(|stopped| *stopped).await;
-        })
+        .serve_with_incoming_shutdown(
+            // Small unary answers: do not let Nagle's algorithm delay them.
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            },
+        )
         .await
 }
 

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Whole-process load bench: tailgate-loadgen -> gateway -> tailgate-sink, all on loopback.
+#
+# For each scenario it starts a fresh sink and a fresh gateway (tailgate with --config, and
+# rotel in pass-through as the peer), drives the gateway with tailgate-loadgen for a bounded
+# time, waits for the sink to drain, and reports for the gateway process:
+#   spans/s accepted, CPU seconds per million spans (utime+stime from /proc/<pid>/stat,
+#   read before and after the load), idle RSS and peak RSS (VmRSS before the load, VmHWM
+#   after), the delay from a trace's root span end (= when the loadgen made it) to its
+#   arrival at the sink (p50/p99), refusals.
+# Results: a Markdown table on stdout and in $OUT/results.md, raw JSON in $OUT/.
+#
+# Usage: benches/load.sh [--config FILE] [--duration 25s] [--rate SPANS_PER_SEC]
+#                        [--scenarios "grpc grpc-max ..."] [--peer-scenarios "grpc grpc-max"]
+#                        [--no-peer] [--no-build] [--out DIR]
+# Scenarios: grpc grpc-max grpc-gzip http-protobuf http-json large-attributes many-traces
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONFIG=benches/configs/passthrough.yaml
+DURATION=25s
+RATE=20000
+SCENARIOS="grpc grpc-max grpc-gzip http-protobuf http-json large-attributes many-traces"
+PEER_SCENARIOS="grpc grpc-max"
+PEER=1
+BUILD=1
+TARGET=${CARGO_TARGET_DIR:-target}
+OUT=$TARGET/load-bench
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) CONFIG=$2; shift 2 ;;
+    --duration) DURATION=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    --scenarios) SCENARIOS=$2; shift 2 ;;
+    --peer-scenarios) PEER_SCENARIOS=$2; shift 2 ;;
+    --no-peer) PEER=0; shift ;;
+    --no-build) BUILD=0; shift ;;
+    --out) OUT=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "unknown option $1 (see --help)" >&2; exit 1 ;;
+  esac
+done
+
+BIN=$TARGET/release
+mkdir -p "$OUT"
+RESULTS=$OUT/results.md
+
+# Loopback ports, read by benches/configs/*.yaml.
+export TAILGATE_BENCH_GRPC=127.0.0.1:24317
+export TAILGATE_BENCH_HTTP=127.0.0.1:24318
+export TAILGATE_BENCH_SINK=127.0.0.1:24319
+export TAILGATE_BENCH_HEALTH=127.0.0.1:23133
+export TAILGATE_BENCH_METRICS=127.0.0.1:28888
+export TAILGATE_BENCH_EXPORT_COMPRESSION=${TAILGATE_BENCH_EXPORT_COMPRESSION:-none}
+
+if [ "$BUILD" = 1 ]; then
+  echo "== cargo build --release --bins" >&2
+  cargo build --release --bins
+fi
+for b in tailgate tailgate-loadgen tailgate-sink; do
+  [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: build with cargo build --release --bins" >&2; exit 1; }
+done
+
+CONFIG_NOTE=$(basename "$CONFIG")
+if ! "$BIN/tailgate" validate --config "$CONFIG" 2>"$OUT/validate.log"; then
+  echo "tailgate does not accept $CONFIG yet (see $OUT/validate.log): its rows are skipped" >&2
+  CONFIG_OK=0
+else
+  CONFIG_OK=1
+fi
+
+# The peer: rotel from PyPI in a virtualenv. Its wheel ships the agent binary inside the
+# Python package (rotel/rotel-agent), not on PATH.
+ROTEL=""
+if [ "$PEER" = 1 ]; then
+  VENV=$TARGET/rotel-venv
+  if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV" >&2 || true
+  fi
+  if [ -x "$VENV/bin/pip" ]; then
+    "$VENV/bin/pip" install -q rotel >&2 || echo "pip install rotel failed: peer skipped" >&2
+    ROTEL=$("$VENV/bin/python" -c 'import os, rotel; print(os.path.join(os.path.dirname(rotel.__file__), "rotel-agent"))' 2>/dev/null || true)
+  fi
+  if [ -n "$ROTEL" ] && ! "$ROTEL" --version >/dev/null 2>&1; then
+    echo "rotel-agent from PyPI does not run here: peer skipped" >&2
+    ROTEL=""
+  fi
+fi
+
+CLK_TCK=$(getconf CLK_TCK)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]:-}"; do
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+
+# utime + stime in clock ticks (fields 14 and 15; strip "pid (comm) " first).
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
+wait_port() {
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "nothing listens on 127.0.0.1:$1" >&2
+  return 1
+}
+sink_spans() { jq -r '.spans' "$1" 2>/dev/null || echo 0; }
+
+scenario_args() {
+  local grpc=(--protocol grpc --endpoint "http://$TAILGATE_BENCH_GRPC")
+  case "$1" in
+    grpc) echo "${grpc[@]} --rate $RATE" ;;
+    grpc-max) echo "${grpc[@]}" ;;
+    grpc-gzip) echo "${grpc[@]} --gzip --rate $RATE" ;;
+    http-protobuf) echo "--protocol http-protobuf --endpoint http://$TAILGATE_BENCH_HTTP/v1/traces --rate $RATE" ;;
+    http-json) echo "--protocol http-json --endpoint http://$TAILGATE_BENCH_HTTP/v1/traces --rate $RATE" ;;
+    # 30 attributes per span, 20 of them 256-byte strings: ~6 KiB per span.
+    large-attributes) echo "${grpc[@]} --attributes 30 --attribute-bytes 256 --rate $((RATE / 4))" ;;
+    # Every trace split in two parts 1 s apart, so each stays open in a sampler's buffer
+    # for its whole decision window; the run lasts more than ten decision windows.
+    many-traces) echo "${grpc[@]} --split-ratio 1 --lateness 1s --batch-spans 50 --rate $RATE" ;;
+    *) echo "unknown scenario $1" >&2; return 1 ;;
+  esac
+}
+
+# run_one GATEWAY SCENARIO: one row.
+run_one() {
+  local gw=$1 sc=$2 tag="$1-$2"
+  local args
+  args=$(scenario_args "$sc")
+  "$BIN/tailgate-sink" --listen "$TAILGATE_BENCH_SINK" --stats-file "$OUT/$tag.sink.json" \
+    --max-time 10m >"$OUT/$tag.sink.out" 2>&1 &
+  local sink=$!
+  PIDS+=("$sink")
+  wait_port 24319
+  case "$gw" in
+    tailgate)
+      "$BIN/tailgate" --config "$CONFIG" >"$OUT/$tag.gateway.log" 2>&1 & ;;
+    rotel)
+      "$ROTEL" start --otlp-grpc-endpoint "$TAILGATE_BENCH_GRPC" \
+        --otlp-http-endpoint "$TAILGATE_BENCH_HTTP" --exporter otlp \
+        --otlp-exporter-endpoint "http://$TAILGATE_BENCH_SINK" --otlp-exporter-protocol grpc \
+        --otlp-exporter-compression "$TAILGATE_BENCH_EXPORT_COMPRESSION" \
+        >"$OUT/$tag.gateway.log" 2>&1 & ;;
+  esac
+  local pid=$!
+  PIDS+=("$pid")
+  wait_port 24317
+  wait_port 24318
+  sleep 1
+  local idle_kb cpu0 cpu1 hwm_kb
+  idle_kb=$(status_kb "$pid" VmRSS)
+  cpu0=$(cpu_ticks "$pid")
+  # shellcheck disable=SC2086
+  "$BIN/tailgate-loadgen" $args --duration "$DURATION" --seed 1 --quiet \
+    --summary-json "$OUT/$tag.loadgen.json" >"$OUT/$tag.loadgen.out" 2>&1 || true
+  # Drain: until the sink has every accepted span (pass-through) or stops changing for
+  # 3 s (sampling), at most 30 s.
+  local accepted last=-1 same=0
+  accepted=$(jq -r '.accepted_spans' "$OUT/$tag.loadgen.json")
+  for _ in $(seq 1 60); do
+    local now
+    now=$(sink_spans "$OUT/$tag.sink.json")
+    if [ "$now" -ge "$accepted" ]; then break; fi
+    if [ "$now" = "$last" ]; then same=$((same + 1)); else same=0; fi
+    if [ "$same" -ge 6 ]; then break; fi
+    last=$now
+    sleep 0.5
+  done
+  cpu1=$(cpu_ticks "$pid")
+  hwm_kb=$(status_kb "$pid" VmHWM)
+  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+  sleep 1.2 # one more stats write
+  kill -TERM "$sink"; wait "$sink" 2>/dev/null || true
+  local L=$OUT/$tag.loadgen.json S=$OUT/$tag.sink.json
+  awk -v gw="$gw" -v sc="$sc" -v cfg="$([ "$gw" = rotel ] && echo pass-through || echo "$CONFIG_NOTE")" \
+    -v ticks=$((cpu1 - cpu0)) -v hz="$CLK_TCK" -v idle="$idle_kb" -v hwm="$hwm_kb" \
+    -v acc="$accepted" -v rate="$(jq -r '.accepted_spans_per_s' "$L")" \
+    -v bps="$(jq -r '.bytes / (.sent_spans + 0.000001)' "$L")" \
+    -v refused="$(jq -r '.refused_spans' "$L")" -v refusals="$(jq -r '.refusals' "$L")" \
+    -v p99="$(jq -r '.latency.p99_ms' "$L")" \
+    -v sink="$(jq -r '.spans' "$S")" -v d50="$(jq -r '.delay_ms_p50' "$S")" \
+    -v d99="$(jq -r '.delay_ms_p99' "$S")" \
+    'BEGIN {
+       cpu = ticks / hz;
+       printf "| %s | %s | %s | %.0f | %d | %d | %.2f | %.1f | %.1f | %d / %d | %.1f | %d / %d | %.0f |\n",
+         sc, gw, cfg, rate, acc, sink, (acc > 0 ? cpu / acc * 1e6 : 0), idle / 1024, hwm / 1024,
+         d50, d99, p99, refusals, refused, bps
+     }' | tee -a "$RESULTS"
+}
+
+{
+  echo
+  echo "### $(date -u +%Y-%m-%dT%H:%MZ) duration $DURATION, rate $RATE spans/s, config $CONFIG_NOTE, export compression $TAILGATE_BENCH_EXPORT_COMPRESSION"
+  echo
+  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+} | tee -a "$RESULTS"
+
+if [ "$CONFIG_OK" = 1 ]; then
+  for sc in $SCENARIOS; do run_one tailgate "$sc"; done
+fi
+if [ -n "$ROTEL" ]; then
+  for sc in $PEER_SCENARIOS; do run_one rotel "$sc"; done
+fi
+echo "results appended to $RESULTS" >&2
