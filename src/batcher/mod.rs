@@ -14,11 +14,14 @@ mod metrics;
 
 pub use metrics::{BatchMetricFamilies, BatchMetrics};
 
-use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
+use bytes::BytesMut;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::BatchConfig;
+use crate::limiter::MemoryBudget;
 use crate::pipeline::{Downstream, TraceBatch};
 
 /// Why a batch was sent.
@@ -36,18 +39,20 @@ pub enum SendTrigger {
 pub struct Batcher {
     config: BatchConfig,
     metrics: BatchMetrics,
-    pending: Vec<Bytes>,
+    budget: Arc<MemoryBudget>,
+    pending: Vec<TraceBatch>,
     pending_spans: usize,
     pending_bytes: usize,
     deadline: Option<Instant>,
 }
 
 impl Batcher {
-    /// A batcher with nothing pending.
-    pub fn new(config: BatchConfig, metrics: BatchMetrics) -> Self {
+    /// A batcher with nothing pending, charging the batches it builds to `budget`.
+    pub fn new(config: BatchConfig, metrics: BatchMetrics, budget: Arc<MemoryBudget>) -> Self {
         Self {
             config,
             metrics,
+            budget,
             pending: Vec::new(),
             pending_spans: 0,
             pending_bytes: 0,
@@ -86,7 +91,14 @@ impl Batcher {
         let over_spans = max_spans.is_some_and(|max| batch.span_count > max);
         let pieces = if over_spans || batch.byte_len() > max_bytes {
             match crate::otlp::split_batch(&batch, max_spans, max_bytes) {
-                Ok(pieces) => pieces,
+                // The pieces share the original buffer, and so its charge.
+                Ok(pieces) => pieces
+                    .into_iter()
+                    .map(|piece| TraceBatch {
+                        charge: batch.charge.clone(),
+                        ..piece
+                    })
+                    .collect(),
                 // The receiver validated these bytes; a failure here is a bug. Keep the
                 // data whole rather than lose it: an oversize batch may still be accepted.
                 Err(error) => {
@@ -106,7 +118,7 @@ impl Batcher {
             }
             self.pending_spans += piece.span_count;
             self.pending_bytes += piece.byte_len();
-            self.pending.push(piece.request);
+            self.pending.push(piece);
             if self.pending_spans >= self.config.send_batch_size.get()
                 || self.config.timeout.is_zero()
             {
@@ -122,16 +134,16 @@ impl Batcher {
         if self.pending.is_empty() {
             return;
         }
-        let request = if self.pending.len() == 1 {
+        let batch = if self.pending.len() == 1 {
             self.pending.pop().unwrap_or_default()
         } else {
             let mut joined = BytesMut::with_capacity(self.pending_bytes);
+            // The parts' buffers (and charges) are released as they are copied.
             for part in self.pending.drain(..) {
-                joined.extend_from_slice(&part);
+                joined.extend_from_slice(&part.request);
             }
-            joined.freeze()
+            TraceBatch::new(joined.freeze(), self.pending_spans).charged(&self.budget)
         };
-        let batch = TraceBatch::new(request, self.pending_spans);
         self.pending_spans = 0;
         self.pending_bytes = 0;
         self.metrics.record_send(&batch, trigger);

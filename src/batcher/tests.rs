@@ -8,6 +8,7 @@ use prost::Message;
 use tokio::sync::mpsc;
 
 use super::*;
+use crate::limiter::MemoryBudget;
 
 fn config(size: usize, max: Option<usize>, timeout_ms: u64) -> BatchConfig {
     BatchConfig {
@@ -53,7 +54,11 @@ fn span_names(batch: &TraceBatch) -> Vec<String> {
 fn start(config: BatchConfig) -> (mpsc::Sender<TraceBatch>, mpsc::Receiver<TraceBatch>) {
     let (in_tx, in_rx) = mpsc::channel(16);
     let (out_tx, out_rx) = mpsc::channel(16);
-    let batcher = Batcher::new(config, BatchMetrics::unregistered());
+    let batcher = Batcher::new(
+        config,
+        BatchMetrics::unregistered(),
+        MemoryBudget::unlimited(),
+    );
     tokio::spawn(batcher.run(in_rx, Downstream::Stage(out_tx)));
     (in_tx, out_rx)
 }
@@ -130,7 +135,11 @@ async fn flushes_on_close() {
 async fn pushes_back_when_downstream_is_full() {
     let (in_tx, in_rx) = mpsc::channel(1);
     let (out_tx, mut out_rx) = mpsc::channel(1);
-    let batcher = Batcher::new(config(1, None, 10), BatchMetrics::unregistered());
+    let batcher = Batcher::new(
+        config(1, None, 10),
+        BatchMetrics::unregistered(),
+        MemoryBudget::unlimited(),
+    );
     tokio::spawn(batcher.run(in_rx, Downstream::Stage(out_tx)));
     let mut accepted = 0;
     for _ in 0..10 {
@@ -151,4 +160,36 @@ async fn pushes_back_when_downstream_is_full() {
         received, accepted,
         "everything accepted is delivered once drained"
     );
+}
+
+/// Scenario: charged requests are batched, joined, and the joined batch is consumed.
+/// Guarantees: the budget counts the bytes while they are held (pending or in the
+/// joined batch) and is back to zero once the consumer drops the batch: nothing leaks.
+#[tokio::test(start_paused = true)]
+async fn charges_follow_the_bytes() {
+    let budget = MemoryBudget::unlimited();
+    let (in_tx, in_rx) = mpsc::channel(16);
+    let (out_tx, mut out_rx) = mpsc::channel(16);
+    let batcher = Batcher::new(
+        config(100, None, 1000),
+        BatchMetrics::unregistered(),
+        budget.clone(),
+    );
+    tokio::spawn(batcher.run(in_rx, Downstream::Stage(out_tx)));
+    let first = request("a", 3).charged(&budget);
+    let second = request("b", 3).charged(&budget);
+    let total = first.byte_len() + second.byte_len();
+    in_tx.send(first).await.expect("running");
+    in_tx.send(second).await.expect("running");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(budget.used(), total, "pending bytes stay charged");
+    drop(in_tx);
+    let joined = out_rx.recv().await.expect("flushed on close");
+    assert_eq!(
+        budget.used(),
+        joined.byte_len(),
+        "the joined copy is charged, the parts released"
+    );
+    drop(joined);
+    assert_eq!(budget.used(), 0);
 }

@@ -132,7 +132,11 @@ pub fn build_pipelines(
             match config.processors.get(id) {
                 Some(ProcessorConfig::Batch(batch)) => {
                     let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
-                    let batcher = Batcher::new(batch.clone(), batch_families.for_processor(id));
+                    let batcher = Batcher::new(
+                        batch.clone(),
+                        batch_families.for_processor(id),
+                        budget.clone(),
+                    );
                     stage_tasks.push(tokio::spawn(batcher.run(receiver, downstream)));
                     downstream = Downstream::Stage(sender);
                 }
@@ -199,7 +203,7 @@ pub fn build_pipelines(
     Ok(Pipelines {
         traces_sinks: inputs
             .into_iter()
-            .map(|(id, inputs)| (id, TracesSink::new(inputs)))
+            .map(|(id, inputs)| (id, TracesSink::new(inputs, budget.clone())))
             .collect(),
         stage_tasks,
         exporters: exporters.into_iter().collect(),

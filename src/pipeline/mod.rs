@@ -14,7 +14,7 @@ mod graph;
 mod payload;
 
 pub use graph::{BuildError, Pipelines, build_pipelines};
-pub use payload::{MetricsBatch, TraceBatch};
+pub use payload::{Charge, MetricsBatch, TraceBatch};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use crate::config::{ComponentId, PipelineId};
 use crate::error::PipelineError;
 use crate::exporter::TracesExporter;
+use crate::limiter::MemoryBudget;
 use crate::sampler::SamplerIngest;
 
 /// How many requests a pipeline's input queue holds before receivers wait.
@@ -67,13 +68,15 @@ impl PipelineInput {
 #[derive(Clone, Debug, Default)]
 pub struct TracesSink {
     inputs: Arc<[PipelineInput]>,
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 impl TracesSink {
-    /// A sink feeding `inputs`.
-    pub fn new(inputs: Vec<PipelineInput>) -> Self {
+    /// A sink feeding `inputs`; requests queued for a pipeline are charged to `budget`.
+    pub fn new(inputs: Vec<PipelineInput>, budget: Arc<MemoryBudget>) -> Self {
         Self {
             inputs: inputs.into(),
+            budget: Some(budget),
         }
     }
 
@@ -122,6 +125,11 @@ impl TracesSink {
         for ingest in samplers {
             ingest.ingest(&batch)?;
         }
+        // Queued requests hold their buffer until the next stage is done with it.
+        let batch = match (&self.budget, permits.is_empty()) {
+            (Some(budget), false) => batch.charged(budget),
+            _ => batch,
+        };
         // Cloning a batch clones a reference-counted buffer, not the spans.
         for permit in permits {
             permit.send(batch.clone());

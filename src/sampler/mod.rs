@@ -563,7 +563,7 @@ impl TailSampler {
                 if let Some(kept) = kept {
                     self.write_trace(&mut writer, &trace, kept);
                     if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
-                        send(output, std::mem::take(&mut writer)).await;
+                        self.send(output, std::mem::take(&mut writer)).await;
                     }
                 }
             }
@@ -572,7 +572,7 @@ impl TailSampler {
             }
         }
         self.write_late_spans(&mut writer);
-        send(output, writer).await;
+        self.send(output, writer).await;
         self.metrics
             .decision_timer_latency
             .observe(started.elapsed().as_secs_f64() * 1000.0);
@@ -690,6 +690,16 @@ impl TailSampler {
         }
     }
 
+    /// Passes the kept spans in `writer` on, charged to the budget while they travel.
+    async fn send(&self, output: &Downstream, writer: TraceRequestWriter) {
+        if writer.is_empty() {
+            return;
+        }
+        if !output.send(writer.finish().charged(&self.budget)).await {
+            tracing::error!(event = "sampler.downstream_closed");
+        }
+    }
+
     fn output_scope(&self, origin: &Origin, kept: KeptDecision) -> Bytes {
         if !self.settings.record_policy {
             return origin.scope.clone();
@@ -718,13 +728,4 @@ fn output_span(span: &[u8], update: ThresholdUpdate) -> Bytes {
     let trace_state = threshold::with_threshold(trace_state, raised);
     rewrite::set_span_trace_state(span, &trace_state)
         .unwrap_or_else(|| Bytes::copy_from_slice(span))
-}
-
-async fn send(output: &Downstream, writer: TraceRequestWriter) {
-    if writer.is_empty() {
-        return;
-    }
-    if !output.send(writer.finish()).await {
-        tracing::error!(event = "sampler.downstream_closed");
-    }
 }
