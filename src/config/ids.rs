@@ -55,7 +55,11 @@ impl Section {
                 ("otlp_http", "otlp_http"),
                 ("debug", "debug"),
             ],
-            Section::Connectors => &[],
+            Section::Connectors => &[
+                ("forward", "forward"),
+                ("spanmetrics", "spanmetrics"),
+                ("span_metrics", "spanmetrics"),
+            ],
             Section::Extensions => &[("health_check", "health_check")],
         }
     }
@@ -64,6 +68,7 @@ impl Section {
     pub(crate) fn reserved(self) -> &'static [&'static str] {
         match self {
             Section::Processors => &["memory_limiter"],
+            Section::Exporters => &["prometheusremotewrite", "prometheus_remote_write"],
             _ => &[],
         }
     }

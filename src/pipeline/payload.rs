@@ -61,3 +61,80 @@ impl MetricsBatch {
         self.request.len()
     }
 }
+
+/// What the signal-generic stages (batcher, exporters, fan-out) need of a batch: an encoded
+/// OTLP request whose repeated top-level field makes concatenation a merge.
+pub trait Payload: Clone + Send + Sync + std::fmt::Debug + 'static {
+    /// The signal, as the Collector's `data_type` label writes it: `traces` or `metrics`.
+    const SIGNAL: &'static str;
+
+    /// Wraps already-validated request bytes holding `items` items.
+    fn from_request(request: Bytes, items: usize) -> Self;
+
+    /// The encoded request.
+    fn request(&self) -> &Bytes;
+
+    /// Items held: spans or data points.
+    fn item_count(&self) -> usize;
+
+    /// Cuts the batch so that each piece holds at most `max_items` items (when set) and
+    /// `max_bytes` bytes where the payload's granularity allows. A piece that cannot be cut
+    /// further is returned whole.
+    fn split(self, max_items: Option<usize>, max_bytes: usize) -> Vec<Self>;
+
+    /// The encoded size in bytes.
+    fn encoded_len(&self) -> usize {
+        self.request().len()
+    }
+}
+
+impl Payload for TraceBatch {
+    const SIGNAL: &'static str = "traces";
+
+    fn from_request(request: Bytes, items: usize) -> Self {
+        Self::new(request, items)
+    }
+
+    fn request(&self) -> &Bytes {
+        &self.request
+    }
+
+    fn item_count(&self) -> usize {
+        self.span_count
+    }
+
+    /// Cut by span with the wire framer.
+    fn split(self, max_items: Option<usize>, max_bytes: usize) -> Vec<Self> {
+        match crate::otlp::split_batch(&self, max_items, max_bytes) {
+            Ok(pieces) => pieces,
+            // The receiver validated these bytes; a failure here is a bug. Keep the data
+            // whole rather than lose it: an oversize batch may still be accepted.
+            Err(error) => {
+                tracing::error!(event = "batch.split_failed", error = %error);
+                vec![self]
+            }
+        }
+    }
+}
+
+impl Payload for MetricsBatch {
+    const SIGNAL: &'static str = "metrics";
+
+    fn from_request(request: Bytes, items: usize) -> Self {
+        Self::new(request, items)
+    }
+
+    fn request(&self) -> &Bytes {
+        &self.request
+    }
+
+    fn item_count(&self) -> usize {
+        self.data_points
+    }
+
+    /// Metrics batches are cut at request granularity only: the batcher never joins
+    /// requests past the limits, and one request is never cut.
+    fn split(self, _max_items: Option<usize>, _max_bytes: usize) -> Vec<Self> {
+        vec![self]
+    }
+}
