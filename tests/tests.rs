@@ -3,8 +3,10 @@
 mod bad_input;
 mod cli;
 mod export_retry;
+mod metrics_e2e;
 mod sampling;
 mod sdk_e2e;
 mod shutdown;
+mod spanmetrics;
 mod support;
 mod telemetry;

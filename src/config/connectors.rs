@@ -145,7 +145,10 @@ fn span_metrics(problems: &mut Problems, path: &str, value: Option<&Value>) -> S
         Some(n) => {
             let size = usize::try_from(n).ok().and_then(NonZeroUsize::new);
             if size.is_none() {
-                problems.add(fields.key_path("dimensions_cache_size"), "must be at least 1");
+                problems.add(
+                    fields.key_path("dimensions_cache_size"),
+                    "must be at least 1",
+                );
             }
             size
         }

@@ -185,8 +185,10 @@ fn find_cycle(config: &Config) -> Option<String> {
             Some(Mark::Done) => return None,
             Some(Mark::Visiting) => {
                 let start = stack.iter().position(|id| *id == at).unwrap_or(0);
-                let mut names: Vec<&str> =
-                    stack[start..].iter().map(|id| id.written.as_str()).collect();
+                let mut names: Vec<&str> = stack[start..]
+                    .iter()
+                    .map(|id| id.written.as_str())
+                    .collect();
                 names.push(&at.written);
                 return Some(names.join(" -> "));
             }

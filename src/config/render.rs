@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 
 use super::duration;
 use super::{
-    ComponentId, Compression, Config, ConnectorConfig, ExporterConfig, HistogramUnit,
-    SpanMetricsConfig, ExtensionConfig, LogEncoding, LogLevel,
-    OtlpExporterConfig, PolicyConfig, PolicyKind, ProcessorConfig, ReceiverConfig, StatusCodeName,
-    TailSamplingConfig, Verbosity,
+    ComponentId, Compression, Config, ConnectorConfig, ExporterConfig, ExtensionConfig,
+    HistogramUnit, LogEncoding, LogLevel, OtlpExporterConfig, PolicyConfig, PolicyKind,
+    ProcessorConfig, ReceiverConfig, SpanMetricsConfig, StatusCodeName, TailSamplingConfig,
+    Verbosity,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -96,7 +96,9 @@ pub fn render(config: &Config) -> String {
         out.key(1, &id.written);
         match connector {
             ConnectorConfig::Forward => {}
-            ConnectorConfig::SpanMetrics(span_metrics) => render_span_metrics(&mut out, span_metrics),
+            ConnectorConfig::SpanMetrics(span_metrics) => {
+                render_span_metrics(&mut out, span_metrics)
+            }
         }
     }
 
@@ -186,7 +188,11 @@ fn render_span_metrics(out: &mut Out, config: &SpanMetricsConfig) {
         "metrics_flush_interval",
         duration::format(config.metrics_flush_interval),
     );
-    out.plain(2, "aggregation_temporality", "AGGREGATION_TEMPORALITY_CUMULATIVE");
+    out.plain(
+        2,
+        "aggregation_temporality",
+        "AGGREGATION_TEMPORALITY_CUMULATIVE",
+    );
     out.line(2, "exemplars:");
     out.plain(3, "enabled", config.exemplars_enabled);
     out.strings(
@@ -198,7 +204,9 @@ fn render_span_metrics(out: &mut Out, config: &SpanMetricsConfig) {
     out.plain(
         2,
         "aggregation_cardinality_limit",
-        config.aggregation_cardinality_limit.map_or(0, |limit| limit.get()),
+        config
+            .aggregation_cardinality_limit
+            .map_or(0, |limit| limit.get()),
     );
 }
 

@@ -252,7 +252,8 @@ fn default_config_has_every_default() {
     );
     assert_eq!(config.service.pipelines.len(), 3);
     assert_eq!(config.connectors[&id("forward")], ConnectorConfig::Forward);
-    let Some(ConnectorConfig::SpanMetrics(span_metrics)) = config.connectors.get(&id("spanmetrics"))
+    let Some(ConnectorConfig::SpanMetrics(span_metrics)) =
+        config.connectors.get(&id("spanmetrics"))
     else {
         panic!("the default config derives span metrics");
     };
@@ -1881,9 +1882,11 @@ fn connectors_and_metrics_pipelines() {
         written: "metrics".into(),
     }];
     assert_eq!(metrics.receivers.len(), 2);
-    let Some(ExporterConfig::OtlpHttp(http)) = config.exporters.values().find(|e| {
-        matches!(e, ExporterConfig::OtlpHttp(_))
-    }) else {
+    let Some(ExporterConfig::OtlpHttp(http)) = config
+        .exporters
+        .values()
+        .find(|e| matches!(e, ExporterConfig::OtlpHttp(_)))
+    else {
         panic!("otlphttp/metrics");
     };
     assert_eq!(

@@ -219,14 +219,11 @@ impl Aggregator {
         let now = now_unix_nanos();
         let mut overflowed = 0u64;
         for resource in resources {
-            let service_name = match find_attribute(
-                &resource.resource,
-                RESOURCE_ATTRIBUTES,
-                "service.name",
-            ) {
-                Some(AnyValueRef::String(name)) => name.to_owned(),
-                _ => continue,
-            };
+            let service_name =
+                match find_attribute(&resource.resource, RESOURCE_ATTRIBUTES, "service.name") {
+                    Some(AnyValueRef::String(name)) => name.to_owned(),
+                    _ => continue,
+                };
             let key = self.resource_key(&resource.resource, &service_name);
             let key = if self.resources.contains_key(&key) || self.series_count < self.limit() {
                 key
@@ -261,7 +258,9 @@ impl Aggregator {
                             })
                             .collect(),
                     };
-                    let value = span.end_time_unix_nano.saturating_sub(span.start_time_unix_nano)
+                    let value = span
+                        .end_time_unix_nano
+                        .saturating_sub(span.start_time_unix_nano)
                         as f64
                         / self.unit_nanos;
                     let exemplar = self.config.exemplars_enabled.then(|| Exemplar {
@@ -326,7 +325,12 @@ impl Aggregator {
         ResourceKey::Attributes(values)
     }
 
-    fn new_resource(&self, key: &ResourceKey, resource: &Bytes, service_name: &str) -> ResourceEntry {
+    fn new_resource(
+        &self,
+        key: &ResourceKey,
+        resource: &Bytes,
+        service_name: &str,
+    ) -> ResourceEntry {
         let mut attributes = if *key == ResourceKey::Overflow {
             Vec::new()
         } else {
@@ -356,7 +360,11 @@ impl Aggregator {
     }
 
     fn wants(&self, dimension: &str) -> bool {
-        !self.config.exclude_dimensions.iter().any(|d| d == dimension)
+        !self
+            .config
+            .exclude_dimensions
+            .iter()
+            .any(|d| d == dimension)
     }
 
     /// The cumulative state of every series as one request and its data point count, or
@@ -370,8 +378,12 @@ impl Aggregator {
             HistogramUnit::Milliseconds => "ms",
             HistogramUnit::Seconds => "s",
         };
-        let dimension_names: Vec<String> =
-            self.config.dimensions.iter().map(|d| d.name.clone()).collect();
+        let dimension_names: Vec<String> = self
+            .config
+            .dimensions
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
         let wants = [
             self.wants("service.name"),
             self.wants("span.name"),

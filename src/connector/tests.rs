@@ -20,10 +20,12 @@ fn config() -> SpanMetricsConfig {
     SpanMetricsConfig {
         histogram_disabled: false,
         histogram_unit: HistogramUnit::Milliseconds,
-        histogram_buckets: [2, 4, 6, 8, 10, 50, 100, 200, 400, 800, 1000, 1400, 2000, 5000]
-            .into_iter()
-            .map(Duration::from_millis)
-            .collect(),
+        histogram_buckets: [
+            2, 4, 6, 8, 10, 50, 100, 200, 400, 800, 1000, 1400, 2000, 5000,
+        ]
+        .into_iter()
+        .map(Duration::from_millis)
+        .collect(),
         dimensions: Vec::new(),
         exclude_dimensions: Vec::new(),
         namespace: "traces.span.metrics".into(),
@@ -181,7 +183,10 @@ fn counts_calls_and_errors_exactly() {
         .find(|p| str_attr(&p.attributes, "span.name") == Some("db"))
         .unwrap();
     assert_eq!(str_attr(&db.attributes, "service.name"), Some("cart"));
-    assert_eq!(str_attr(&db.attributes, "span.kind"), Some("SPAN_KIND_CLIENT"));
+    assert_eq!(
+        str_attr(&db.attributes, "span.kind"),
+        Some("SPAN_KIND_CLIENT")
+    );
     for rm in &first.resource_metrics {
         let attributes = &rm.resource.as_ref().unwrap().attributes;
         assert!(str_attr(attributes, "service.name").is_some());
@@ -191,9 +196,16 @@ fn counts_calls_and_errors_exactly() {
     aggregator.record(&request(shop, vec![span("GET /a", 2, true, 5, vec![])]));
     let (second, _) = aggregator.snapshot(2).unwrap();
     let all = calls(&second);
-    assert_eq!(calls_of(&all, "GET /a", "STATUS_CODE_ERROR"), 3, "cumulative");
+    assert_eq!(
+        calls_of(&all, "GET /a", "STATUS_CODE_ERROR"),
+        3,
+        "cumulative"
+    );
     assert_eq!(calls_of(&all, "GET /a", "STATUS_CODE_UNSET"), 5);
-    assert!(all.iter().all(|p| p.start_time_unix_nano > 0 && p.time_unix_nano == 2));
+    assert!(
+        all.iter()
+            .all(|p| p.start_time_unix_nano > 0 && p.time_unix_nano == 2)
+    );
 }
 
 /// Scenario: spans of 1ms, 2ms (on a bound), 3ms, 50ms and 6s against the default-like

@@ -508,7 +508,9 @@ impl MetricsExporter {
         metrics: ExporterMetrics,
     ) -> Result<Self, ExporterError> {
         match config {
-            ExporterConfig::OtlpGrpc(_) | ExporterConfig::OtlpHttp(_) | ExporterConfig::Debug(_) => {
+            ExporterConfig::OtlpGrpc(_)
+            | ExporterConfig::OtlpHttp(_)
+            | ExporterConfig::Debug(_) => {
                 SignalExporter::start(id, config, metrics).map(Self::Otlp)
             } // === prometheusremotewrite ===
               // Plugged in at merge (a config naming it is refused at load until then, as

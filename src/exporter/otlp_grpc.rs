@@ -28,8 +28,7 @@ use crate::config::{Compression, OtlpExporterConfig};
 const TRACES_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
 /// The OTLP metrics export method.
-const METRICS_EXPORT_PATH: &str =
-    "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+const METRICS_EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
 /// Sends encoded requests over one lazily connected tonic channel.
 pub(crate) struct GrpcTransport {

@@ -639,7 +639,9 @@ fn metric(v: &Value, path: &P<'_>) -> R<Metric> {
     let mut set = |field: &'static str, d: Option<Data>| -> R<()> {
         if let Some(d) = d {
             if data.is_some() {
-                return Err(path.field(field).err("more than one data field set in a Metric"));
+                return Err(path
+                    .field(field)
+                    .err("more than one data field set in a Metric"));
             }
             data = Some(d);
         }

@@ -54,9 +54,7 @@ pub use json::{
     JsonError, export_trace_response_json, metrics_json_to_protobuf, status_json,
     traces_json_to_protobuf,
 };
-pub use metrics::{
-    MetricsError, count_data_points, decode_metrics_request, metric_points,
-};
+pub use metrics::{MetricsError, count_data_points, decode_metrics_request, metric_points};
 pub use wire::{
     ResourceSpansView, ScopeSpansView, SpanId, SpanView, TraceId, WireError, WireErrorKind,
     count_spans, parse_traces_request,

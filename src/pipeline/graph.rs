@@ -21,9 +21,7 @@ use super::{
     MetricsSink, PIPELINE_INPUT_CAPACITY, Payload, PipelineInput, TraceBatch, TracesSink,
 };
 use crate::batcher::{BatchMetricFamilies, Batcher};
-use crate::config::{
-    ComponentId, Config, ConnectorConfig, PipelineId, ProcessorConfig, Signal,
-};
+use crate::config::{ComponentId, Config, ConnectorConfig, PipelineId, ProcessorConfig, Signal};
 use crate::connector::{SpanMetricsFlusher, SpanMetricsMetricFamilies};
 use crate::exporter::{ExporterError, ExporterMetricFamilies, MetricsExporter, TracesExporter};
 use crate::limiter::MemoryBudget;
@@ -266,7 +264,9 @@ impl Builder<'_> {
                     self.span_metrics_families.for_connector(id),
                     MetricsSink::new(inputs),
                 );
-                self.stages.connector_tasks.push(tokio::spawn(flusher.run()));
+                self.stages
+                    .connector_tasks
+                    .push(tokio::spawn(flusher.run()));
                 Arc::new(connector)
             }
         };
@@ -300,15 +300,12 @@ impl Builder<'_> {
         let Some(exporter_config) = self.config.exporters.get(id) else {
             return Ok(None); // validation guarantees it is defined
         };
-        let exporter = TracesExporter::start(
-            id,
-            exporter_config,
-            self.exporter_families.for_exporter(id),
-        )
-        .map_err(|source| BuildError::Exporter {
-            id: id.clone(),
-            source,
-        })?;
+        let exporter =
+            TracesExporter::start(id, exporter_config, self.exporter_families.for_exporter(id))
+                .map_err(|source| BuildError::Exporter {
+                    id: id.clone(),
+                    source,
+                })?;
         self.stages
             .traces_exporters
             .push((id.clone(), exporter.clone()));

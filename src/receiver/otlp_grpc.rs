@@ -38,8 +38,7 @@ use crate::error::PipelineError;
 const TRACE_SERVICE: &str = "opentelemetry.proto.collector.trace.v1.TraceService";
 const TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 const METRICS_SERVICE: &str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
-const METRICS_EXPORT_PATH: &str =
-    "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+const METRICS_EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
 /// Serves OTLP/gRPC on `listener` until `stop` turns true, then finishes in-flight
 /// requests and returns.
@@ -125,12 +124,13 @@ where
         };
         let max_message_size = self.max_message_size;
         Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(RawRequestCodec::<ExportTraceServiceResponse>::default())
-                .accept_compressed(CompressionEncoding::Gzip)
-                .accept_compressed(CompressionEncoding::Zstd)
-                .send_compressed(CompressionEncoding::Gzip)
-                .send_compressed(CompressionEncoding::Zstd)
-                .max_decoding_message_size(max_message_size);
+            let mut grpc =
+                tonic::server::Grpc::new(RawRequestCodec::<ExportTraceServiceResponse>::default())
+                    .accept_compressed(CompressionEncoding::Gzip)
+                    .accept_compressed(CompressionEncoding::Zstd)
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .send_compressed(CompressionEncoding::Zstd)
+                    .max_decoding_message_size(max_message_size);
             Ok(grpc.unary(handler, request).await)
         })
     }
@@ -194,13 +194,14 @@ where
         };
         let max_message_size = self.max_message_size;
         Box::pin(async move {
-            let mut grpc =
-                tonic::server::Grpc::new(RawRequestCodec::<ExportMetricsServiceResponse>::default())
-                    .accept_compressed(CompressionEncoding::Gzip)
-                    .accept_compressed(CompressionEncoding::Zstd)
-                    .send_compressed(CompressionEncoding::Gzip)
-                    .send_compressed(CompressionEncoding::Zstd)
-                    .max_decoding_message_size(max_message_size);
+            let mut grpc = tonic::server::Grpc::new(
+                RawRequestCodec::<ExportMetricsServiceResponse>::default(),
+            )
+            .accept_compressed(CompressionEncoding::Gzip)
+            .accept_compressed(CompressionEncoding::Zstd)
+            .send_compressed(CompressionEncoding::Gzip)
+            .send_compressed(CompressionEncoding::Zstd)
+            .max_decoding_message_size(max_message_size);
             Ok(grpc.unary(handler, request).await)
         })
     }
