@@ -10,13 +10,16 @@
 //!   module walks requests, re-frames spans under their resource and scope, and transcodes
 //!   OTLP/JSON to protobuf at the edge.
 //! - [`limiter`]: the one memory budget every held byte is charged to.
-//! - [`receiver`]: OTLP over gRPC (`:4317`) and HTTP (`:4318`).
-//! - [`pipeline`]: the graph that joins receivers, processors and exporters, and the
-//!   payload type that flows along its edges.
+//! - [`receiver`]: OTLP traces and metrics over gRPC (`:4317`) and HTTP (`:4318`).
+//! - [`pipeline`]: the graph that joins receivers, processors, connectors and exporters, for
+//!   traces and metrics, and the payload types that flow along its edges.
+//! - [`connector`]: components that join pipelines: `forward`, and `spanmetrics` (RED
+//!   metrics from every span, before sampling).
 //! - [`sampler`]: the `tail_sampling` processor: the trace buffer, decision timing and
 //!   caches, and the policies.
 //! - [`batcher`]: the `batch` processor, size- and time-triggered.
-//! - [`exporter`]: the sending queue, retries, and the OTLP (gRPC/HTTP) and debug exporters.
+//! - [`exporter`]: the sending queue, retries, and the OTLP (gRPC/HTTP) and debug exporters,
+//!   for traces and metrics.
 //! - [`telemetry`]: self-metrics, the health endpoint and logging.
 //! - [`service`]: binds the ports and starts every stage from a config: the wiring.
 //! - [`shutdown`]: the staged drain protocol.
@@ -27,6 +30,7 @@
 
 pub mod batcher;
 pub mod config;
+pub mod connector;
 pub mod error;
 pub mod exporter;
 pub mod limiter;

@@ -10,12 +10,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{
-    Config, ExtensionConfig, MemoryLimiterConfig, ProcessorConfig, ReceiverConfig,
+    ComponentId, Config, ExtensionConfig, MemoryLimiterConfig, ProcessorConfig, ReceiverConfig,
 };
 use crate::limiter::{LimiterError, MemoryBudget, MemoryLimiter};
 use crate::net::{BindError, bind, local_addr};
-use crate::pipeline::{BuildError, Pipelines, TracesSink, build_pipelines};
-use crate::receiver::{ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http};
+use crate::pipeline::{BuildError, MetricsSink, Pipelines, TracesSink, build_pipelines};
+use crate::receiver::{
+    MetricsIntake, ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http,
+};
 use crate::telemetry::{self, Health, HealthState};
 
 /// Failure to start the gateway.
@@ -173,6 +175,17 @@ impl Gateway {
         let mut pipelines = build_pipelines(&config, &registry, &budget)?;
         let receiver_families = ReceiverMetricFamilies::register(&registry)?;
         let sinks = std::mem::take(&mut pipelines.traces_sinks);
+        let metrics_sinks = std::mem::take(&mut pipelines.metrics_sinks);
+        let metrics_intake = |id: &ComponentId, transport| {
+            MetricsIntake::new(
+                metrics_sinks
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(MetricsSink::default),
+                receiver_families.for_metrics_receiver(id, transport),
+                limiter.clone(),
+            )
+        };
 
         let mut receiver_tasks = Vec::new();
         for (id, grpc, listener) in grpc_listeners {
@@ -181,10 +194,11 @@ impl Gateway {
                 receiver_families.for_receiver(&id, Transport::Grpc),
                 limiter.clone(),
             );
+            let metrics = metrics_intake(&id, Transport::Grpc);
             tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener));
             let stop = receivers_stopped.clone();
             receiver_tasks.push(tokio::spawn(async move {
-                if let Err(error) = otlp_grpc::serve(listener, grpc, intake, stop).await {
+                if let Err(error) = otlp_grpc::serve(listener, grpc, intake, metrics, stop).await {
                     tracing::error!(event = "receiver.grpc.failed", receiver = %id, error = %error);
                 }
             }));
@@ -195,15 +209,18 @@ impl Gateway {
                 receiver_families.for_receiver(&id, Transport::Http),
                 limiter.clone(),
             );
+            let metrics = metrics_intake(&id, Transport::Http);
             tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener));
             receiver_tasks.push(tokio::spawn(otlp_http::serve(
                 listener,
                 http,
                 intake,
+                metrics,
                 receivers_stopped.clone(),
             )));
         }
         drop(sinks);
+        drop(metrics_sinks);
 
         health.set(HealthState::Serving);
         tracing::info!(event = "gateway.started", version = telemetry::VERSION);

@@ -1,15 +1,24 @@
 //! The staged drain protocol, run on SIGTERM or SIGINT.
 //!
 //! 1. Readiness fails (`health_check` answers 503) and the receivers stop accepting
-//!    connections; requests already admitted finish.
-//! 2. When the receivers are gone, their senders are dropped, so each pipeline's input
-//!    closes; processors flush their partial batches downstream and end.
-//! 3. Exporters deliver what is queued until the deadline (`service.shutdown_timeout`
-//!    after the signal).
-//! 4. Whatever is still undelivered then is counted as dropped (reason `shutdown`) and
+//!    connections (traces and metrics alike); requests already admitted finish.
+//! 2. When the receivers are gone, their senders are dropped, so each traces pipeline's
+//!    input closes: tail samplers decide what they hold, processors flush their partial
+//!    batches downstream and end. A `forward` connector's entry into the next traces
+//!    pipeline is dropped when the pipeline feeding it ends, so joined pipelines drain in
+//!    order, upstream first.
+//! 3. When every traces pipeline feeding a `spanmetrics` connector has ended, the connector
+//!    flushes its last interval into the metrics pipelines and drops its entry into them.
+//! 4. Only then can the metrics pipelines' inputs close (their receivers stopped in step 1):
+//!    they flush and end, so the span metrics of the last spans are exported.
+//! 5. Exporters (traces and metrics) deliver what is queued until the deadline
+//!    (`service.shutdown_timeout` after the signal).
+//! 6. Whatever is still undelivered then is counted as dropped (reason `shutdown`) and
 //!    logged once. The telemetry endpoints stop last.
 //!
-//! Every wait is bounded by the one deadline.
+//! Completion is detected by drop (channel senders), so the order follows from the graph;
+//! the stages are awaited in that order so that a stall is reported by stage. Every wait
+//! is bounded by the one deadline.
 
 use std::time::Duration;
 
@@ -25,6 +34,10 @@ pub struct ShutdownReport {
     pub delivered_spans: u64,
     /// Spans still undelivered at the deadline, counted as dropped.
     pub dropped_spans: u64,
+    /// Metric data points the exporters delivered during the drain.
+    pub delivered_metric_points: u64,
+    /// Metric data points still undelivered at the deadline, counted as dropped.
+    pub dropped_metric_points: u64,
     /// True when every stage finished before the deadline.
     pub completed: bool,
 }
@@ -62,37 +75,59 @@ impl Gateway {
         let _ = self.stop_receivers.send(true);
         completed &= join_until(self.receiver_tasks, deadline, "receivers").await;
 
-        // 2. Receivers are gone, so pipeline inputs close: processors flush and end.
-        let (stage_tasks, exporters) = self.pipelines.into_parts();
-        completed &= join_until(stage_tasks, deadline, "processors").await;
+        // 2. Receivers are gone, so traces pipeline inputs close: processors flush and end.
+        let stages = self.pipelines.into_parts();
+        completed &= join_until(stages.traces_stages, deadline, "traces processors").await;
 
-        // 3. Exporters deliver their queues until the deadline.
-        let drains = exporters
+        // 3. Span metrics connectors flush their last interval into the metrics pipelines.
+        completed &= join_until(stages.connector_tasks, deadline, "connectors").await;
+
+        // 4. Metrics pipeline inputs close: processors flush and end.
+        completed &= join_until(stages.metrics_stages, deadline, "metrics processors").await;
+
+        // 5. Exporters deliver their queues until the deadline.
+        let traces_drains = stages
+            .traces_exporters
             .into_iter()
             .map(|(_id, exporter)| exporter.shutdown(deadline));
+        let metrics_drains = stages
+            .metrics_exporters
+            .into_iter()
+            .map(|(_id, exporter)| exporter.shutdown(deadline));
+        let (traces_drains, metrics_drains) = tokio::join!(
+            futures_join_all(traces_drains),
+            futures_join_all(metrics_drains)
+        );
         let mut report = ShutdownReport {
             completed,
             ..ShutdownReport::default()
         };
-        for drain in futures_join_all(drains).await {
+        for drain in traces_drains {
             report.delivered_spans += drain.delivered_spans;
             report.dropped_spans += drain.dropped_spans;
         }
-        if report.dropped_spans > 0 {
+        for drain in metrics_drains {
+            report.delivered_metric_points += drain.delivered_spans;
+            report.dropped_metric_points += drain.dropped_spans;
+        }
+        if report.dropped_spans > 0 || report.dropped_metric_points > 0 {
             report.completed = false;
             tracing::error!(
                 event = "shutdown.data_dropped",
-                dropped_spans = report.dropped_spans
+                dropped_spans = report.dropped_spans,
+                dropped_metric_points = report.dropped_metric_points,
             );
         }
         tracing::info!(
             event = "shutdown.finished",
             delivered_spans = report.delivered_spans,
             dropped_spans = report.dropped_spans,
+            delivered_metric_points = report.delivered_metric_points,
+            dropped_metric_points = report.dropped_metric_points,
             completed = report.completed
         );
 
-        // 4. Telemetry last, so the drain can be watched.
+        // 6. Telemetry last, so the drain can be watched.
         let _ = self.stop_telemetry.send(true);
         join_until(
             self.telemetry_tasks,

@@ -4,7 +4,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 use super::SendTrigger;
 use crate::config::ComponentId;
-use crate::pipeline::TraceBatch;
+use crate::pipeline::Payload;
 
 /// The Collector's bucket bounds for `batch_send_size`.
 const SIZE_BUCKETS: &[f64] = &[
@@ -31,7 +31,7 @@ impl BatchMetricFamilies {
         let send_size = HistogramVec::new(
             HistogramOpts::new(
                 "otelcol_processor_batch_batch_send_size",
-                "Number of spans in each batch that was sent.",
+                "Number of items (spans or data points) in each batch that was sent.",
             )
             .buckets(SIZE_BUCKETS.to_vec()),
             &["processor"],
@@ -104,9 +104,9 @@ impl BatchMetrics {
         })
     }
 
-    pub(super) fn record_send(&self, batch: &TraceBatch, trigger: SendTrigger) {
-        self.send_size.observe(batch.span_count as f64);
-        self.send_size_bytes.observe(batch.byte_len() as f64);
+    pub(super) fn record_send<P: Payload>(&self, batch: &P, trigger: SendTrigger) {
+        self.send_size.observe(batch.item_count() as f64);
+        self.send_size_bytes.observe(batch.encoded_len() as f64);
         match trigger {
             SendTrigger::Size => self.size_trigger.inc(),
             SendTrigger::Timeout => self.timeout_trigger.inc(),

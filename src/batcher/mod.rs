@@ -1,10 +1,12 @@
-//! The `batch` processor: groups requests into batches by span count and time.
+//! The `batch` processor: groups requests into batches by item count and time.
 //!
-//! Batches are built by concatenating encoded requests (protobuf concatenates repeated
-//! fields, so the result is again one valid `ExportTraceServiceRequest`), never by
-//! re-encoding spans. A request that alone exceeds `send_batch_max_size` spans or
+//! One batcher serves every signal ([`Payload`]): spans in traces pipelines, data points in
+//! metrics pipelines. Batches are built by concatenating encoded requests (protobuf
+//! concatenates repeated fields, so the result is again one valid export request), never by
+//! re-encoding items. A trace request that alone exceeds `send_batch_max_size` spans or
 //! `send_batch_max_size_bytes` bytes is cut by the wire framer
-//! ([`crate::otlp::split_batch`]) first.
+//! ([`crate::otlp::split_batch`]) first; a metrics request is never cut, but is not joined
+//! with others past those limits.
 //!
 //! Unlike the Collector's batch processor, the task waits for room downstream before it
 //! reads more input, so a slow exporter pushes back to the receivers instead of its
@@ -22,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::config::BatchConfig;
 use crate::limiter::MemoryBudget;
-use crate::pipeline::{Downstream, TraceBatch};
+use crate::pipeline::{Downstream, Payload, TraceBatch};
 
 /// Why a batch was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,18 +37,18 @@ pub enum SendTrigger {
     Shutdown,
 }
 
-/// One running `batch` processor.
-pub struct Batcher {
+/// One running `batch` processor, for traces (the default) or metrics.
+pub struct Batcher<P: Payload = TraceBatch> {
     config: BatchConfig,
     metrics: BatchMetrics,
     budget: Arc<MemoryBudget>,
-    pending: Vec<TraceBatch>,
+    pending: Vec<P>,
     pending_spans: usize,
     pending_bytes: usize,
     deadline: Option<Instant>,
 }
 
-impl Batcher {
+impl<P: Payload> Batcher<P> {
     /// A batcher with nothing pending, charging the batches it builds to `budget`.
     pub fn new(config: BatchConfig, metrics: BatchMetrics, budget: Arc<MemoryBudget>) -> Self {
         Self {
@@ -63,7 +65,7 @@ impl Batcher {
     /// Runs until `input` closes, then flushes what is pending and returns.
     ///
     /// Reads no input while a send downstream is waiting for room.
-    pub async fn run(mut self, mut input: mpsc::Receiver<TraceBatch>, output: Downstream) {
+    pub async fn run(mut self, mut input: mpsc::Receiver<P>, output: Downstream<P>) {
         loop {
             let deadline = self.deadline;
             tokio::select! {
@@ -82,42 +84,27 @@ impl Batcher {
         self.flush(&output, SendTrigger::Shutdown).await;
     }
 
-    async fn add(&mut self, batch: TraceBatch, output: &Downstream) {
-        if batch.is_empty() {
+    async fn add(&mut self, batch: P, output: &Downstream<P>) {
+        if batch.item_count() == 0 {
             return;
         }
         let max_spans = self.config.send_batch_max_size.map(|n| n.get());
         let max_bytes = self.config.send_batch_max_bytes.get();
-        let over_spans = max_spans.is_some_and(|max| batch.span_count > max);
-        let pieces = if over_spans || batch.byte_len() > max_bytes {
-            match crate::otlp::split_batch(&batch, max_spans, max_bytes) {
-                // The pieces share the original buffer, and so its charge.
-                Ok(pieces) => pieces
-                    .into_iter()
-                    .map(|piece| TraceBatch {
-                        charge: batch.charge.clone(),
-                        ..piece
-                    })
-                    .collect(),
-                // The receiver validated these bytes; a failure here is a bug. Keep the
-                // data whole rather than lose it: an oversize batch may still be accepted.
-                Err(error) => {
-                    tracing::error!(event = "batch.split_failed", error = %error);
-                    vec![batch]
-                }
-            }
+        let over_spans = max_spans.is_some_and(|max| batch.item_count() > max);
+        let pieces = if over_spans || batch.encoded_len() > max_bytes {
+            batch.split(max_spans, max_bytes)
         } else {
             vec![batch]
         };
         for piece in pieces {
             let spans_full =
-                max_spans.is_some_and(|max| self.pending_spans + piece.span_count > max);
-            let bytes_full = self.pending_bytes + piece.byte_len() > max_bytes;
+                max_spans.is_some_and(|max| self.pending_spans + piece.item_count() > max);
+            let bytes_full = self.pending_bytes + piece.encoded_len() > max_bytes;
             if !self.pending.is_empty() && (spans_full || bytes_full) {
                 self.flush(output, SendTrigger::Size).await;
             }
-            self.pending_spans += piece.span_count;
-            self.pending_bytes += piece.byte_len();
+            self.pending_spans += piece.item_count();
+            self.pending_bytes += piece.encoded_len();
             self.pending.push(piece);
             if self.pending_spans >= self.config.send_batch_size.get()
                 || self.config.timeout.is_zero()
@@ -129,20 +116,21 @@ impl Batcher {
         }
     }
 
-    async fn flush(&mut self, output: &Downstream, trigger: SendTrigger) {
+    async fn flush(&mut self, output: &Downstream<P>, trigger: SendTrigger) {
         self.deadline = None;
         if self.pending.is_empty() {
             return;
         }
-        let batch = if self.pending.len() == 1 {
-            self.pending.pop().unwrap_or_default()
-        } else {
-            let mut joined = BytesMut::with_capacity(self.pending_bytes);
-            // The parts' buffers (and charges) are released as they are copied.
-            for part in self.pending.drain(..) {
-                joined.extend_from_slice(&part.request);
+        let batch = match self.pending.pop() {
+            Some(only) if self.pending.is_empty() => only,
+            last => {
+                let mut joined = BytesMut::with_capacity(self.pending_bytes);
+                // The parts' buffers (and their charges) are released as they are copied.
+                for part in self.pending.drain(..).chain(last) {
+                    joined.extend_from_slice(part.request());
+                }
+                P::from_request(joined.freeze(), self.pending_spans).charged(&self.budget)
             }
-            TraceBatch::new(joined.freeze(), self.pending_spans).charged(&self.budget)
         };
         self.pending_spans = 0;
         self.pending_bytes = 0;

@@ -81,6 +81,14 @@ pub(crate) fn section<T>(
         if ids::canonical(section, written_kind).is_some() {
             let settings = read(problems, &id, &id_path, Some(value));
             typed.components.insert(id, settings);
+        } else if section == Section::Exporters && section.reserved().contains(&written_kind) {
+            problems.add(
+                id_path,
+                format!(
+                    "exporter type {written_kind:?} is not built into this binary yet; remove it \
+                     (or export metrics with otlp / otlphttp meanwhile)"
+                ),
+            );
         } else if section.reserved().contains(&written_kind) || section == Section::Connectors {
             problems.add(
                 id_path,
@@ -392,6 +400,7 @@ fn otlp_exporter(
     const HTTP: &[&str] = &[
         "endpoint",
         "traces_endpoint",
+        "metrics_endpoint",
         "tls",
         "headers",
         "compression",
@@ -408,7 +417,6 @@ fn otlp_exporter(
     ];
     if http {
         unsupported.extend([
-            ("metrics_endpoint", NOT_YET),
             ("logs_endpoint", NOT_YET),
             ("encoding", NOT_YET),
             ("proxy_url", NOT_YET),
@@ -418,6 +426,10 @@ fn otlp_exporter(
     } else {
         unsupported.extend([
             ("traces_endpoint", GRPC_ONLY_HTTP_KEY),
+            (
+                "metrics_endpoint",
+                "only the otlphttp exporter has metrics_endpoint: for otlp, set endpoint",
+            ),
             ("keepalive", NOT_YET),
             ("balancer_name", NOT_YET),
             ("authority", NOT_YET),
@@ -458,23 +470,27 @@ fn otlp_exporter(
             problems.add(endpoint_path, message);
         }
     }
-    let traces_endpoint = if http {
+    let mut signal_endpoint = |key: &str| {
+        if !http {
+            return None;
+        }
         exporter
-            .string(problems, "traces_endpoint")
+            .string(problems, key)
             .filter(|url| match endpoint::check_url(url) {
                 Ok(()) => true,
                 Err(message) => {
-                    problems.add(exporter.key_path("traces_endpoint"), message);
+                    problems.add(exporter.key_path(key), message);
                     false
                 }
             })
-    } else {
-        None
     };
+    let traces_endpoint = signal_endpoint("traces_endpoint");
+    let metrics_endpoint = signal_endpoint("metrics_endpoint");
 
     OtlpExporterConfig {
         endpoint,
         traces_endpoint,
+        metrics_endpoint,
         tls: tls_client(problems, &exporter),
         headers: exporter.string_map(problems, "headers").unwrap_or_default(),
         compression: compression(problems, &exporter),

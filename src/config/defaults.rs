@@ -144,3 +144,28 @@ pub(crate) const LOG_ENCODING: crate::config::LogEncoding = crate::config::LogEn
 
 /// `service.shutdown_timeout` (tailgate's): the SIGTERM drain budget.
 pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `connectors.spanmetrics.histogram.explicit.buckets` (the Collector's default bounds).
+pub(crate) fn span_buckets() -> Vec<Duration> {
+    [
+        2, 4, 6, 8, 10, 50, 100, 200, 400, 800, 1000, 1400, 2000, 5000, 10_000, 15_000,
+    ]
+    .into_iter()
+    .map(Duration::from_millis)
+    .collect()
+}
+
+/// `connectors.spanmetrics.namespace` (the Collector's `DefaultNamespace`).
+pub(crate) fn span_metrics_namespace() -> String {
+    "traces.span.metrics".to_owned()
+}
+
+/// `connectors.spanmetrics.metrics_flush_interval` (the Collector's current default).
+pub(crate) const SPAN_METRICS_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// `connectors.spanmetrics.dimensions_cache_size`.
+pub(crate) const SPAN_METRICS_DIMENSIONS_CACHE_SIZE: usize = 1000;
+
+/// `connectors.spanmetrics.aggregation_cardinality_limit` (tailgate's; the Collector's is 0,
+/// no limit): the series a span metrics connector holds at most.
+pub(crate) const SPAN_METRICS_CARDINALITY_LIMIT: usize = 10_000;

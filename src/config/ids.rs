@@ -59,16 +59,21 @@ impl Section {
                 ("otlp_http", "otlp_http"),
                 ("debug", "debug"),
             ],
-            Section::Connectors => &[],
+            Section::Connectors => &[
+                ("forward", "forward"),
+                ("spanmetrics", "spanmetrics"),
+                ("span_metrics", "spanmetrics"),
+            ],
             Section::Extensions => &[("health_check", "health_check")],
         }
     }
 
     /// Collector types that tailgate will implement but does not yet.
     pub(crate) fn reserved(self) -> &'static [&'static str] {
-        // None at the moment; connectors are refused separately.
-        let _ = self;
-        &[]
+        match self {
+            Section::Exporters => &["prometheusremotewrite", "prometheus_remote_write"],
+            _ => &[],
+        }
     }
 }
 

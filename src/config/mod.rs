@@ -18,7 +18,7 @@
 //! ```text
 //! exporters.otlp/tempo.endpoint: must not be empty: set where to send, e.g. tempo-distributor.monitoring:4317
 //! receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, ...)
-//! service.pipelines.traces.exporters: "otlp/missing" is not defined under exporters
+//! service.pipelines.traces.exporters: "otlp/missing" is not defined under exporters or connectors
 //! ```
 //!
 //! # Environment variables
@@ -47,12 +47,14 @@
 //!   finds `otlp/tempo`); defining both spellings of one id is an error.
 
 mod components;
+mod connectors;
 mod defaults;
 mod duration;
 mod endpoint;
 mod error;
 mod expand;
 mod fields;
+mod graph;
 mod ids;
 mod memory_limiter;
 mod render;
@@ -76,9 +78,12 @@ use ids::Section;
 use value::Value;
 
 /// The configuration used when no `--config` is given: OTLP in over gRPC (`0.0.0.0:4317`)
-/// and HTTP (`0.0.0.0:4318`); tail sampling that keeps every trace with an error and a
-/// consistent 10% of the others, deciding 2s after the root span (30s at most); batched,
-/// printed by the debug exporter; the health check on `0.0.0.0:13133`.
+/// and HTTP (`0.0.0.0:4318`). Traces enter `traces/in`, which hands every span to the
+/// `spanmetrics` connector (RED metrics before sampling) and, through `forward`, to
+/// `traces/sampled`: tail sampling that keeps every trace with an error and a consistent
+/// 10% of the others, deciding 2s after the root span (30s at most); batched, printed by
+/// the debug exporter. Metrics received over OTLP and the span metrics are batched and
+/// printed by the debug exporter. The health check listens on `0.0.0.0:13133`.
 pub const DEFAULT_CONFIG: &str = "\
 receivers:
   otlp:
@@ -102,14 +107,24 @@ processors:
 exporters:
   debug:
     verbosity: basic
+connectors:
+  spanmetrics:
+  forward:
 extensions:
   health_check:
 service:
   extensions: [health_check]
   pipelines:
-    traces:
+    traces/in:
       receivers: [otlp]
+      exporters: [spanmetrics, forward]
+    traces/sampled:
+      receivers: [forward]
       processors: [tail_sampling, batch]
+      exporters: [debug]
+    metrics:
+      receivers: [otlp, spanmetrics]
+      processors: [batch]
       exporters: [debug]
 ";
 
@@ -175,7 +190,7 @@ pub fn load_str_with_env(
     load_docs(&docs, env)
 }
 
-/// The receivers, processors and exporters that no pipeline uses, and the extensions that
+/// The receivers, processors, exporters and connectors that no pipeline uses, and the extensions that
 /// `service.extensions` does not list. They are not an error (as in the Collector), and are
 /// not started; worth a log line at startup.
 pub fn unused_components(config: &Config) -> Vec<&ComponentId> {
@@ -189,6 +204,7 @@ pub fn unused_components(config: &Config) -> Vec<&ComponentId> {
         .keys()
         .chain(config.processors.keys())
         .chain(config.exporters.keys())
+        .chain(config.connectors.keys())
         .chain(config.extensions.keys())
         .filter(|id| !used.contains(id))
         .collect()
@@ -246,8 +262,8 @@ fn typed(tree: &Value, problems: &mut Problems) -> Config {
     let processors =
         components::section(problems, &root, Section::Processors, components::processor);
     let exporters = components::section(problems, &root, Section::Exporters, components::exporter);
-    // Connectors are parsed only to report each as not supported yet.
-    let _connectors = components::section(problems, &root, Section::Connectors, |_, _, _, _| ());
+    let connectors =
+        components::section(problems, &root, Section::Connectors, connectors::connector);
     let extensions =
         components::section(problems, &root, Section::Extensions, components::extension);
     let service = service::service(
@@ -257,14 +273,18 @@ fn typed(tree: &Value, problems: &mut Problems) -> Config {
             receivers: &receivers.declared,
             processors: &processors.declared,
             exporters: &exporters.declared,
+            connectors: &connectors.declared,
             extensions: &extensions.declared,
         },
     );
-    Config {
+    let config = Config {
         receivers: receivers.components,
         processors: processors.components,
         exporters: exporters.components,
+        connectors: connectors.components,
         extensions: extensions.components,
         service,
-    }
+    };
+    graph::validate(problems, &config);
+    config
 }

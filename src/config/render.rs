@@ -4,9 +4,10 @@ use std::fmt::Write as _;
 
 use super::duration;
 use super::{
-    ComponentId, Compression, Config, ExporterConfig, ExtensionConfig, LogEncoding, LogLevel,
-    MemoryAmount, OtlpExporterConfig, PolicyConfig, PolicyKind, ProcessorConfig, ReceiverConfig,
-    StatusCodeName, TailSamplingConfig, Verbosity,
+    ComponentId, Compression, Config, ConnectorConfig, ExporterConfig, ExtensionConfig,
+    HistogramUnit, LogEncoding, LogLevel, MemoryAmount, OtlpExporterConfig, PolicyConfig,
+    PolicyKind, ProcessorConfig, ReceiverConfig, SpanMetricsConfig, StatusCodeName,
+    TailSamplingConfig, Verbosity,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -106,6 +107,17 @@ pub fn render(config: &Config) -> String {
         }
     }
 
+    out.line(0, "connectors:");
+    for (id, connector) in &config.connectors {
+        out.key(1, &id.written);
+        match connector {
+            ConnectorConfig::Forward => {}
+            ConnectorConfig::SpanMetrics(span_metrics) => {
+                render_span_metrics(&mut out, span_metrics)
+            }
+        }
+    }
+
     out.line(0, "extensions:");
     for (id, extension) in &config.extensions {
         out.key(1, &id.written);
@@ -157,6 +169,61 @@ pub fn render(config: &Config) -> String {
     );
 
     out.text
+}
+
+fn render_span_metrics(out: &mut Out, config: &SpanMetricsConfig) {
+    out.line(2, "histogram:");
+    out.plain(3, "disable", config.histogram_disabled);
+    let unit = match config.histogram_unit {
+        HistogramUnit::Milliseconds => "ms",
+        HistogramUnit::Seconds => "s",
+    };
+    out.plain(3, "unit", unit);
+    out.line(3, "explicit:");
+    let buckets: Vec<String> = config
+        .histogram_buckets
+        .iter()
+        .map(|bound| duration::format(*bound))
+        .collect();
+    out.strings(4, "buckets", &buckets);
+    if config.dimensions.is_empty() {
+        out.line(2, "dimensions: []");
+    } else {
+        out.line(2, "dimensions:");
+        for dimension in &config.dimensions {
+            out.line(3, &format!("- name: {}", quote_value(&dimension.name)));
+            if let Some(default) = &dimension.default {
+                out.string(4, "default", default);
+            }
+        }
+    }
+    out.strings(2, "exclude_dimensions", &config.exclude_dimensions);
+    out.string(2, "namespace", &config.namespace);
+    out.plain(
+        2,
+        "metrics_flush_interval",
+        duration::format(config.metrics_flush_interval),
+    );
+    out.plain(
+        2,
+        "aggregation_temporality",
+        "AGGREGATION_TEMPORALITY_CUMULATIVE",
+    );
+    out.line(2, "exemplars:");
+    out.plain(3, "enabled", config.exemplars_enabled);
+    out.strings(
+        2,
+        "resource_metrics_key_attributes",
+        &config.resource_metrics_key_attributes,
+    );
+    out.plain(2, "dimensions_cache_size", config.dimensions_cache_size);
+    out.plain(
+        2,
+        "aggregation_cardinality_limit",
+        config
+            .aggregation_cardinality_limit
+            .map_or(0, |limit| limit.get()),
+    );
 }
 
 fn tail_sampling(out: &mut Out, tail: &TailSamplingConfig) {
@@ -384,6 +451,9 @@ fn render_policy_mapping(out: &mut Out, depth: usize, policy: &PolicyConfig) {
 
 fn otlp_exporter(out: &mut Out, otlp: &OtlpExporterConfig, http: bool) {
     out.string(2, "endpoint", &otlp.endpoint);
+    if http && let Some(metrics) = &otlp.metrics_endpoint {
+        out.string(2, "metrics_endpoint", metrics);
+    }
     if http && let Some(traces) = &otlp.traces_endpoint {
         out.string(2, "traces_endpoint", traces);
     }

@@ -19,6 +19,7 @@ pub(crate) struct Declarations<'a> {
     pub(crate) receivers: &'a Declared,
     pub(crate) processors: &'a Declared,
     pub(crate) exporters: &'a Declared,
+    pub(crate) connectors: &'a Declared,
     pub(crate) extensions: &'a Declared,
 }
 
@@ -38,8 +39,7 @@ pub(crate) fn service(
         problems,
         &service,
         "extensions",
-        Section::Extensions,
-        declared.extensions,
+        &[(Section::Extensions, declared.extensions)],
     );
     let pipelines = pipelines(problems, &service, declared);
     let telemetry = telemetry(problems, &service);
@@ -89,7 +89,8 @@ fn pipelines(
         };
         let signal = match signal_name {
             "traces" => Signal::Traces,
-            "metrics" | "logs" => {
+            "metrics" => Signal::Metrics,
+            "logs" => {
                 problems.add(
                     pipeline_path,
                     format!("{signal_name} pipelines are not supported yet by this version of tailgate; remove this pipeline"),
@@ -99,7 +100,7 @@ fn pipelines(
             _ => {
                 problems.add(
                     pipeline_path,
-                    format!("unknown signal {signal_name:?} (known: traces, metrics, logs); write the pipeline id as traces or traces/<name>"),
+                    format!("unknown signal {signal_name:?} (known: traces, metrics, logs); write the pipeline id as traces, metrics, traces/<name> or metrics/<name>"),
                 );
                 continue;
             }
@@ -122,22 +123,25 @@ fn pipelines(
             problems,
             &pipeline,
             "receivers",
-            Section::Receivers,
-            declared.receivers,
+            &[
+                (Section::Receivers, declared.receivers),
+                (Section::Connectors, declared.connectors),
+            ],
         );
         let processors = references(
             problems,
             &pipeline,
             "processors",
-            Section::Processors,
-            declared.processors,
+            &[(Section::Processors, declared.processors)],
         );
         let exporters = references(
             problems,
             &pipeline,
             "exporters",
-            Section::Exporters,
-            declared.exporters,
+            &[
+                (Section::Exporters, declared.exporters),
+                (Section::Connectors, declared.connectors),
+            ],
         );
         for (key, list) in [("receivers", &receivers), ("exporters", &exporters)] {
             if list.is_empty() && pipeline.value(key).is_none_or(is_empty_seq) {
@@ -166,16 +170,17 @@ fn is_empty_seq(value: &Value) -> bool {
     matches!(value, Value::Seq(items) if items.is_empty())
 }
 
-/// A list of component ids under `key`, each resolved to its definition in `section`.
+/// A list of component ids under `key`, each resolved to its definition in the first of
+/// `sections` that defines it (receivers before connectors, exporters before connectors).
 /// Undefined and repeated ids are reported; each resolves to the id as defined, so that
 /// `otlp_grpc/tempo` finds `otlp/tempo`.
 fn references(
     problems: &mut Problems,
     fields: &Fields<'_>,
     key: &str,
-    section: Section,
-    declared: &Declared,
+    sections: &[(Section, &Declared)],
 ) -> Vec<ComponentId> {
+    let section = sections[0].0;
     let path = fields.key_path(key);
     let items = match fields.value(key) {
         None => return Vec::new(),
@@ -197,7 +202,24 @@ fn references(
         let Some(written) = as_string(problems, &format!("{path}[{i}]"), item) else {
             continue;
         };
-        match declared.resolve(section, &written) {
+        let mut resolved = Err(String::new());
+        for (section, declared) in sections {
+            resolved = declared.resolve(*section, &written);
+            if resolved.is_ok() {
+                break;
+            }
+        }
+        let resolved = match resolved {
+            Err(_) if sections.len() > 1 && super::ids::parse(&written).is_ok() => {
+                let keys: Vec<&str> = sections.iter().map(|(section, _)| section.key()).collect();
+                Err(format!(
+                    "{written:?} is not defined under {}",
+                    keys.join(" or ")
+                ))
+            }
+            other => other,
+        };
+        match resolved {
             Ok(id) => {
                 if ids.contains(&id) {
                     problems.add(

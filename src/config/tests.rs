@@ -222,19 +222,62 @@ fn default_config_has_every_default() {
         })
     );
     assert_eq!(config.service.extensions, vec![id("health_check")]);
-    let traces = PipelineId {
-        signal: Signal::Traces,
-        written: "traces".into(),
+    let pipeline = |signal, written: &str| PipelineId {
+        signal,
+        written: written.into(),
     };
     assert_eq!(
-        config.service.pipelines[&traces],
+        config.service.pipelines[&pipeline(Signal::Traces, "traces/in")],
         PipelineConfig {
             receivers: vec![id("otlp")],
+            processors: vec![],
+            exporters: vec![id("spanmetrics"), id("forward")],
+        }
+    );
+    assert_eq!(
+        config.service.pipelines[&pipeline(Signal::Traces, "traces/sampled")],
+        PipelineConfig {
+            receivers: vec![id("forward")],
             processors: vec![id("tail_sampling"), id("batch")],
             exporters: vec![xid("debug")],
         }
     );
-    assert_eq!(config.service.pipelines.len(), 1);
+    assert_eq!(
+        config.service.pipelines[&pipeline(Signal::Metrics, "metrics")],
+        PipelineConfig {
+            receivers: vec![id("otlp"), id("spanmetrics")],
+            processors: vec![id("batch")],
+            exporters: vec![xid("debug")],
+        }
+    );
+    assert_eq!(config.service.pipelines.len(), 3);
+    assert_eq!(config.connectors[&id("forward")], ConnectorConfig::Forward);
+    let Some(ConnectorConfig::SpanMetrics(span_metrics)) =
+        config.connectors.get(&id("spanmetrics"))
+    else {
+        panic!("the default config derives span metrics");
+    };
+    assert_eq!(
+        span_metrics,
+        &SpanMetricsConfig {
+            histogram_disabled: false,
+            histogram_unit: HistogramUnit::Milliseconds,
+            histogram_buckets: [
+                2, 4, 6, 8, 10, 50, 100, 200, 400, 800, 1000, 1400, 2000, 5000, 10_000, 15_000
+            ]
+            .into_iter()
+            .map(Duration::from_millis)
+            .collect(),
+            dimensions: vec![],
+            exclude_dimensions: vec![],
+            namespace: "traces.span.metrics".into(),
+            metrics_flush_interval: Duration::from_secs(60),
+            exemplars_enabled: false,
+            resource_metrics_key_attributes: vec![],
+            dimensions_cache_size: nz(1000),
+            aggregation_cardinality_limit: Some(nz(10_000)),
+        }
+    );
     let Some(ProcessorConfig::TailSampling(sampling)) = config.processors.get(&id("tail_sampling"))
     else {
         panic!("the default config samples");
@@ -274,6 +317,7 @@ exporters:
         OtlpExporterConfig {
             endpoint: "tempo:4317".into(),
             traces_endpoint: None,
+            metrics_endpoint: None,
             tls: TlsClientConfig::default(),
             headers: BTreeMap::new(),
             compression: Compression::Gzip,
@@ -477,8 +521,9 @@ processors:
   filter/x:
 exporters:
   kafka/out:
+  prometheusremotewrite:
 connectors:
-  spanmetrics:
+  count:
 extensions:
   healthcheck:
 service:
@@ -491,7 +536,8 @@ service:
             "receivers.jaeger: unknown receiver type \"jaeger\" (known: otlp)",
             "processors.filter/x: unknown processor type \"filter\" (known: batch, memory_limiter, tail_sampling)",
             "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug)",
-            "connectors.spanmetrics: connector type \"spanmetrics\" is not supported yet by this version of tailgate; remove it",
+            "exporters.prometheusremotewrite: exporter type \"prometheusremotewrite\" is not built into this binary yet; remove it (or export metrics with otlp / otlphttp meanwhile)",
+            "connectors.count: connector type \"count\" is not supported yet by this version of tailgate; remove it",
             "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check)",
         ]
     );
@@ -1068,7 +1114,7 @@ extensions:
     );
 }
 
-/// Scenario: a service section with wrong references, a metrics pipeline, an unknown
+/// Scenario: a service section with wrong references, a logs pipeline, an unknown
 /// signal, a pipeline without receivers or exporters, and a repeated exporter.
 /// Guarantees: each is reported at the list or pipeline it is in, with the id quoted.
 #[test]
@@ -1104,11 +1150,10 @@ service:
         [
             "service.extensions: \"health_check\" is not defined under extensions",
             "service.pipelines.logs/x: logs pipelines are not supported yet by this version of tailgate; remove this pipeline",
-            "service.pipelines.metrics: metrics pipelines are not supported yet by this version of tailgate; remove this pipeline",
-            "service.pipelines.profiles: unknown signal \"profiles\" (known: traces, metrics, logs); write the pipeline id as traces or traces/<name>",
-            "service.pipelines.traces.receivers: \"otlp/other\" is not defined under receivers",
+            "service.pipelines.profiles: unknown signal \"profiles\" (known: traces, metrics, logs); write the pipeline id as traces, metrics, traces/<name> or metrics/<name>",
+            "service.pipelines.traces.receivers: \"otlp/other\" is not defined under receivers or connectors",
             "service.pipelines.traces.processors: \"batch/2\" is not defined under processors",
-            "service.pipelines.traces.exporters: \"otlp/missing\" is not defined under exporters",
+            "service.pipelines.traces.exporters: \"otlp/missing\" is not defined under exporters or connectors",
             "service.pipelines.traces.exporters: \"debug\" is listed more than once: list each exporter once",
             "service.pipelines.traces/: the name after \"/\" must not be empty; write \"traces\" or \"traces/<name>\"",
             "service.pipelines.traces/empty.receivers: a pipeline needs at least one receiver",
@@ -1251,13 +1296,13 @@ service:
         "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, read_buffer_size, write_buffer_size, include_metadata)
 processors.batch.timeout: a duration needs a unit: write e.g. \"10s\" or \"10ms\"
 exporters.otlp/tempo.endpoint: must not be empty: set where to send, e.g. tempo-distributor.monitoring:4317
-service.pipelines.traces.exporters: \"otlp/missing\" is not defined under exporters"
+service.pipelines.traces.exporters: \"otlp/missing\" is not defined under exporters or connectors"
     );
     assert_eq!(
         error.problems()[3],
         Problem {
             path: "service.pipelines.traces.exporters".into(),
-            message: "\"otlp/missing\" is not defined under exporters".into(),
+            message: "\"otlp/missing\" is not defined under exporters or connectors".into(),
         }
     );
 }
@@ -1795,6 +1840,168 @@ service: {{pipelines: {{traces: {{receivers: [otlp], processors: [memory_limiter
         problems_with(&base("    check_interval: 1s")),
         [
             "processors.memory_limiter: set limit_mib or limit_percentage (of the container's memory limit)"
+        ]
+    );
+}
+
+// === metrics pipelines and connectors ===
+
+/// The Collector gateway config with span metrics before sampling, joined by `forward`.
+const CONNECTED: &str = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+      http:
+processors:
+  tail_sampling:
+    policies:
+      - name: baseline
+        type: probabilistic
+        probabilistic: {sampling_percentage: 10}
+  batch:
+exporters:
+  otlp/tempo:
+    endpoint: tempo:4317
+  otlphttp/metrics:
+    endpoint: http://prometheus:9090/api/v1/otlp
+    metrics_endpoint: http://prometheus:9090/api/v1/otlp/v1/metrics
+connectors:
+  span_metrics:
+    histogram:
+      unit: s
+      explicit:
+        buckets: [100ms, 1s, 10s]
+    dimensions:
+      - name: http.method
+      - name: region
+        default: none
+    exclude_dimensions: [status.code]
+    namespace: ''
+    metrics_flush_interval: 15s
+    aggregation_temporality: AGGREGATION_TEMPORALITY_CUMULATIVE
+    exemplars: {enabled: true}
+    resource_metrics_key_attributes: [k8s.namespace.name]
+    dimensions_cache_size: 500
+    aggregation_cardinality_limit: 0
+  forward:
+service:
+  pipelines:
+    traces/in: {receivers: [otlp], exporters: [span_metrics, forward]}
+    traces/sampled: {receivers: [forward], processors: [tail_sampling, batch], exporters: [otlp/tempo]}
+    metrics: {receivers: [otlp, span_metrics], processors: [batch], exporters: [otlphttp/metrics]}
+";
+
+/// Scenario: the Collector's span-metrics-before-sampling config, with every spanmetrics
+/// key set, is loaded and rendered.
+/// Guarantees: connectors are typed with their keys (the `span_metrics` alias resolves to
+/// `spanmetrics`), pipelines name them as receivers and exporters, `metrics_endpoint` is
+/// kept, a cardinality limit of 0 means none; the rendering reads back to the same config.
+#[test]
+fn connectors_and_metrics_pipelines() {
+    let config = load_one(CONNECTED);
+    let span_metrics = config
+        .connectors
+        .iter()
+        .find_map(|(id, c)| match c {
+            ConnectorConfig::SpanMetrics(s) if id.kind == "spanmetrics" => Some(s),
+            _ => None,
+        })
+        .expect("span_metrics is the spanmetrics connector");
+    assert_eq!(span_metrics.histogram_unit, HistogramUnit::Seconds);
+    assert_eq!(
+        span_metrics.histogram_buckets,
+        vec![
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+            Duration::from_secs(10)
+        ]
+    );
+    assert_eq!(
+        span_metrics.dimensions,
+        vec![
+            SpanMetricsDimension {
+                name: "http.method".into(),
+                default: None
+            },
+            SpanMetricsDimension {
+                name: "region".into(),
+                default: Some("none".into())
+            },
+        ]
+    );
+    assert_eq!(span_metrics.exclude_dimensions, vec!["status.code"]);
+    assert_eq!(span_metrics.namespace, "");
+    assert_eq!(span_metrics.metrics_flush_interval, Duration::from_secs(15));
+    assert!(span_metrics.exemplars_enabled);
+    assert_eq!(span_metrics.aggregation_cardinality_limit, None);
+    let metrics = &config.service.pipelines[&PipelineId {
+        signal: Signal::Metrics,
+        written: "metrics".into(),
+    }];
+    assert_eq!(metrics.receivers.len(), 2);
+    let Some(ExporterConfig::OtlpHttp(http)) = config
+        .exporters
+        .values()
+        .find(|e| matches!(e, ExporterConfig::OtlpHttp(_)))
+    else {
+        panic!("otlphttp/metrics");
+    };
+    assert_eq!(
+        http.metrics_endpoint.as_deref(),
+        Some("http://prometheus:9090/api/v1/otlp/v1/metrics")
+    );
+    assert!(unused_components(&config).is_empty());
+
+    let rendered = render(&config);
+    let again = match load_str_with_env(&[&rendered], &no_env) {
+        Ok(again) => again,
+        Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
+    };
+    assert_eq!(again, config, "round trip of:\n{rendered}");
+    assert_eq!(render(&again), rendered);
+}
+
+/// Scenario: connectors used on one side only, with the wrong signal, in a cycle, and
+/// tail_sampling in a metrics pipeline, delta temporality, and unordered buckets.
+/// Guarantees: each is reported at the pipeline list (or key) where it is, naming the
+/// connector and what is missing, as the Collector's rules require.
+#[test]
+fn connector_errors() {
+    assert_eq!(
+        problems_of(&["
+receivers:
+  otlp:
+    protocols:
+      grpc:
+processors:
+  tail_sampling:
+    policies: [{name: all, type: always_sample}]
+exporters:
+  debug:
+connectors:
+  forward:
+  forward/loop:
+  spanmetrics:
+    aggregation_temporality: AGGREGATION_TEMPORALITY_DELTA
+    histogram:
+      explicit:
+        buckets: [10ms, 5ms]
+  spanmetrics/alone:
+service:
+  pipelines:
+    traces/a: {receivers: [otlp], exporters: [forward, spanmetrics/alone]}
+    traces/b: {receivers: [otlp, forward/loop], exporters: [forward/loop, debug]}
+    metrics: {receivers: [otlp], processors: [tail_sampling], exporters: [spanmetrics]}
+"]),
+        [
+            "connectors.spanmetrics.histogram.explicit.buckets[1]: bucket bounds must be strictly increasing",
+            "connectors.spanmetrics.aggregation_temporality: delta temporality is not supported yet by this version of tailgate; use AGGREGATION_TEMPORALITY_CUMULATIVE (the default)",
+            "service.pipelines.traces/a.exporters: connector forward is used as an exporter here but no traces pipeline lists it under receivers",
+            "service.pipelines.traces/a.exporters: connector spanmetrics/alone is used as an exporter here but no metrics pipeline lists it under receivers",
+            "service.pipelines.metrics.processors: tail_sampling samples traces and cannot run in a metrics pipeline",
+            "service.pipelines.metrics.exporters: connector spanmetrics cannot be used in a metrics pipeline: it reads traces: list it under exporters of traces pipelines",
+            "service.pipelines: the pipelines form a cycle through connectors: traces/b -> traces/b",
         ]
     );
 }

@@ -41,6 +41,8 @@ pub struct Config {
     pub processors: BTreeMap<ComponentId, ProcessorConfig>,
     /// Exporters by id.
     pub exporters: BTreeMap<ComponentId, ExporterConfig>,
+    /// Connectors by id: each is an exporter of some pipelines and a receiver of others.
+    pub connectors: BTreeMap<ComponentId, ConnectorConfig>,
     /// Extensions by id.
     pub extensions: BTreeMap<ComponentId, ExtensionConfig>,
     /// The `service` section.
@@ -361,6 +363,9 @@ pub struct OtlpExporterConfig {
     pub endpoint: String,
     /// `traces_endpoint` (HTTP only): the full URL for traces, used as is.
     pub traces_endpoint: Option<String>,
+    /// `metrics_endpoint` (HTTP only): the full URL for metrics, used as is; otherwise
+    /// `/v1/metrics` is appended to `endpoint`.
+    pub metrics_endpoint: Option<String>,
     /// `tls`.
     pub tls: TlsClientConfig,
     /// `headers`, sent with every request.
@@ -447,6 +452,77 @@ pub enum Verbosity {
     Normal,
     /// Every field of every span.
     Detailed,
+}
+
+/// A connector's typed settings.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConnectorConfig {
+    /// `forward`: passes what one pipeline exports, unchanged, into the pipelines that list
+    /// it as a receiver (traces to traces, metrics to metrics).
+    Forward,
+    /// `spanmetrics` / `span_metrics`: RED metrics from every span (traces to metrics).
+    SpanMetrics(SpanMetricsConfig),
+}
+
+/// `connectors.spanmetrics`: request counts and duration histograms computed from every
+/// span the connector receives, emitted as cumulative OTLP metrics.
+///
+/// Keys and defaults are the Collector's `spanmetricsconnector`, except
+/// `aggregation_cardinality_limit`, whose tailgate default is 10000 rather than 0 (no
+/// limit), so that the memory the series take stays bounded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanMetricsConfig {
+    /// `histogram.disable` (default false): emit no `duration` histogram.
+    pub histogram_disabled: bool,
+    /// `histogram.unit` (default `ms`): the unit of `duration` values and bucket bounds.
+    pub histogram_unit: HistogramUnit,
+    /// `histogram.explicit.buckets` (default 2ms, 4ms, 6ms, 8ms, 10ms, 50ms, 100ms, 200ms,
+    /// 400ms, 800ms, 1s, 1400ms, 2s, 5s, 10s, 15s): the explicit bucket upper bounds,
+    /// strictly increasing.
+    pub histogram_buckets: Vec<Duration>,
+    /// `dimensions`: span (then resource) attributes added to each series, in order.
+    pub dimensions: Vec<SpanMetricsDimension>,
+    /// `exclude_dimensions`: default dimensions (`service.name`, `span.name`, `span.kind`,
+    /// `status.code`) left out of the series.
+    pub exclude_dimensions: Vec<String>,
+    /// `namespace` (default `traces.span.metrics`): prefix of the metric names, joined with
+    /// `.`; empty for bare `calls` and `duration`.
+    pub namespace: String,
+    /// `metrics_flush_interval` (default 60s): how often the cumulative metrics are emitted.
+    pub metrics_flush_interval: Duration,
+    /// `exemplars.enabled` (default false): attach exemplars (trace and span ids of recent
+    /// spans) to the `duration` points.
+    pub exemplars_enabled: bool,
+    /// `resource_metrics_key_attributes`: resource attributes that, with `service.name`,
+    /// tell resources apart; spans of resources equal on these share one `ResourceMetrics`.
+    /// Empty (the default) keys resources by all their attributes.
+    pub resource_metrics_key_attributes: Vec<String>,
+    /// `dimensions_cache_size` (default 1000): checked and kept; tailgate keys its series
+    /// directly and needs no separate attribute cache.
+    pub dimensions_cache_size: NonZeroUsize,
+    /// `aggregation_cardinality_limit` (tailgate default 10000; 0 = no limit): the most
+    /// series held. Spans of new series beyond it are counted in one overflow series per
+    /// resource, whose only attribute is `otel.metric.overflow=true`.
+    pub aggregation_cardinality_limit: Option<NonZeroUsize>,
+}
+
+/// One of `connectors.spanmetrics.dimensions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpanMetricsDimension {
+    /// `name`: the span or resource attribute.
+    pub name: String,
+    /// `default`: the value used when neither the span nor its resource has the attribute;
+    /// without one, the dimension is left out of that series.
+    pub default: Option<String>,
+}
+
+/// `connectors.spanmetrics.histogram.unit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistogramUnit {
+    /// `ms`.
+    Milliseconds,
+    /// `s`.
+    Seconds,
 }
 
 /// An extension's typed settings.

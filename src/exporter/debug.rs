@@ -1,10 +1,12 @@
-//! The `debug` exporter: writes what it receives to the log and never fails.
+//! The `debug` exporter: writes what it receives (traces or metrics) to the log and never
+//! fails.
 
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
 use crate::config::Verbosity;
+#[cfg(test)]
 use crate::pipeline::TraceBatch;
 
 /// Logs batches at the configured verbosity, as `exporter.debug` events.
@@ -36,23 +38,94 @@ impl DebugExporter {
         &self.exporter
     }
 
-    /// Logs `batch`. A request that does not decode is logged as such; this never fails.
-    pub(crate) fn export(&self, batch: &TraceBatch) {
+    /// Logs one encoded export request of `signal` (`traces` or `metrics`) holding `items`
+    /// spans or data points. A request that does not decode is logged as such; this never
+    /// fails.
+    pub(crate) fn export(&self, signal: &str, request: &Bytes, items: usize) {
+        if signal == "metrics" {
+            self.export_metrics(request, items);
+        } else {
+            self.export_traces(request, items);
+        }
+    }
+
+    /// One summary line per batch; at `normal` and `detailed`, one line per metric.
+    fn export_metrics(&self, request: &Bytes, data_points: usize) {
+        use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
         let exporter = self.exporter.as_str();
-        let resource_spans = RequestSkeleton::decode(batch.request.clone())
+        let decoded = ExportMetricsServiceRequest::decode(request.clone());
+        let (resource_metrics, metrics) = decoded.as_ref().map_or((0, 0), |r| {
+            let metrics = r
+                .resource_metrics
+                .iter()
+                .flat_map(|rm| &rm.scope_metrics)
+                .map(|sm| sm.metrics.len())
+                .sum();
+            (r.resource_metrics.len(), metrics)
+        });
+        tracing::info!(
+            event = "exporter.debug.metrics",
+            exporter,
+            resource_metrics,
+            metrics,
+            data_points,
+            bytes = request.len(),
+        );
+        if self.verbosity == Verbosity::Basic {
+            return;
+        }
+        let request = match decoded {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::warn!(event = "exporter.debug.undecodable", exporter, error = %error);
+                return;
+            }
+        };
+        for rm in &request.resource_metrics {
+            for sm in &rm.scope_metrics {
+                for metric in &sm.metrics {
+                    let points = crate::otlp::metric_points(metric);
+                    if self.verbosity == Verbosity::Detailed {
+                        tracing::info!(
+                            event = "exporter.debug.metric",
+                            exporter,
+                            name = %metric.name,
+                            unit = %metric.unit,
+                            data_points = points,
+                            resource = ?rm.resource,
+                            scope = ?sm.scope,
+                            metric = ?metric,
+                        );
+                    } else {
+                        tracing::info!(
+                            event = "exporter.debug.metric",
+                            exporter,
+                            name = %metric.name,
+                            unit = %metric.unit,
+                            data_points = points,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn export_traces(&self, request: &Bytes, spans: usize) {
+        let exporter = self.exporter.as_str();
+        let resource_spans = RequestSkeleton::decode(request.clone())
             .map(|s| s.resource_spans.len())
             .unwrap_or(0);
         tracing::info!(
             event = "exporter.debug",
             exporter,
-            spans = batch.span_count,
+            spans,
             resource_spans,
-            bytes = batch.byte_len(),
+            bytes = request.len(),
         );
         if self.verbosity == Verbosity::Basic {
             return;
         }
-        let request = match ExportTraceServiceRequest::decode(batch.request.clone()) {
+        let request = match ExportTraceServiceRequest::decode(request.clone()) {
             Ok(request) => request,
             Err(error) => {
                 tracing::warn!(event = "exporter.debug.undecodable", exporter, error = %error);
@@ -121,7 +194,13 @@ mod tests {
     fn undecodable_batches_are_logged_not_fatal() {
         let batch = TraceBatch::new(Bytes::from_static(&[0xff, 0xff, 0xff]), 1);
         for v in [Verbosity::Basic, Verbosity::Normal, Verbosity::Detailed] {
-            DebugExporter::new("debug".to_owned(), v).export(&batch);
+            for signal in ["traces", "metrics"] {
+                DebugExporter::new("debug".to_owned(), v).export(
+                    signal,
+                    &batch.request,
+                    batch.span_count,
+                );
+            }
         }
     }
 }

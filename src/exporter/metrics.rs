@@ -1,7 +1,8 @@
 //! Exporter self-metrics.
 //!
 //! Names follow what the Collector exposes through Prometheus (`otelcol_exporter_*`, counters
-//! with `_total`), so existing dashboards and alerts keep working; tailgate's own additions
+//! with `_total`; spans and metric points in parallel families, queue gauges with a
+//! `data_type` label), so existing dashboards and alerts keep working; tailgate's own additions
 //! are prefixed `tailgate_exporter_`. Every label comes from a closed set: `exporter` is the
 //! component id as written in the config, `reason` is a [`FailureReason`], `error_type` a
 //! [`RetryErrorType`].
@@ -36,13 +37,27 @@ mod desc {
         "otelcol_exporter_enqueue_failed_spans_total",
         "Number of spans failed to be added to the sending queue (the exporter was shut down).",
     );
+    pub const SENT_POINTS: (&str, &str) = (
+        "otelcol_exporter_sent_metric_points_total",
+        "Number of metric points successfully sent to destination.",
+    );
+    pub const SEND_FAILED_POINTS: (&str, &str) = (
+        "otelcol_exporter_send_failed_metric_points_total",
+        "Number of metric points in failed attempts to send to destination, by reason \
+         (permanent, retries_exhausted, partial_success, shutdown).",
+    );
+    pub const ENQUEUE_FAILED_POINTS: (&str, &str) = (
+        "otelcol_exporter_enqueue_failed_metric_points_total",
+        "Number of metric points failed to be added to the sending queue (the exporter was \
+         shut down).",
+    );
     pub const QUEUE_SIZE: (&str, &str) = (
         "otelcol_exporter_queue_size",
-        "Current size of the retry queue (in batches).",
+        "Current size of the retry queue (in batches), by data_type (traces, metrics).",
     );
     pub const QUEUE_CAPACITY: (&str, &str) = (
         "otelcol_exporter_queue_capacity",
-        "Fixed capacity of the retry queue (in batches).",
+        "Fixed capacity of the retry queue (in batches), by data_type (traces, metrics).",
     );
     pub const IN_FLIGHT: (&str, &str) = (
         "otelcol_exporter_in_flight_requests",
@@ -140,14 +155,21 @@ impl RetryErrorType {
     }
 }
 
+/// The item counters of one signal: spans or metric points.
+#[derive(Clone, Debug)]
+struct ItemFamilies {
+    sent: IntCounterVec,
+    send_failed: IntCounterVec,
+    enqueue_failed: IntCounterVec,
+}
+
 /// The exporter metric families, registered once per registry.
 ///
 /// Cloning shares the families.
 #[derive(Clone, Debug)]
 pub struct ExporterMetricFamilies {
-    sent_spans: IntCounterVec,
-    send_failed_spans: IntCounterVec,
-    enqueue_failed_spans: IntCounterVec,
+    spans: ItemFamilies,
+    points: ItemFamilies,
     queue_capacity: IntGaugeVec,
     in_flight: IntGaugeVec,
     retries: IntCounterVec,
@@ -182,10 +204,17 @@ impl ExporterMetricFamilies {
         }
         let queue_size = Arc::new(QueueSizeCollector::new()?);
         let families = Self {
-            sent_spans: counter(registry, desc::SENT_SPANS, &["exporter"])?,
-            send_failed_spans: counter(registry, desc::SEND_FAILED_SPANS, &["exporter", "reason"])?,
-            enqueue_failed_spans: counter(registry, desc::ENQUEUE_FAILED_SPANS, &["exporter"])?,
-            queue_capacity: gauge(registry, desc::QUEUE_CAPACITY, &["exporter"])?,
+            spans: ItemFamilies {
+                sent: counter(registry, desc::SENT_SPANS, &["exporter"])?,
+                send_failed: counter(registry, desc::SEND_FAILED_SPANS, &["exporter", "reason"])?,
+                enqueue_failed: counter(registry, desc::ENQUEUE_FAILED_SPANS, &["exporter"])?,
+            },
+            points: ItemFamilies {
+                sent: counter(registry, desc::SENT_POINTS, &["exporter"])?,
+                send_failed: counter(registry, desc::SEND_FAILED_POINTS, &["exporter", "reason"])?,
+                enqueue_failed: counter(registry, desc::ENQUEUE_FAILED_POINTS, &["exporter"])?,
+            },
+            queue_capacity: gauge(registry, desc::QUEUE_CAPACITY, &["exporter", "data_type"])?,
             in_flight: gauge(registry, desc::IN_FLIGHT, &["exporter"])?,
             retries: counter(registry, desc::RETRIES, &["exporter", "error_type"])?,
             queue_size: queue_size.clone(),
@@ -194,18 +223,28 @@ impl ExporterMetricFamilies {
         Ok(families)
     }
 
-    /// Label-bound handles for one exporter. Every `reason` and `error_type` series is
-    /// created at zero, so dashboards see them before the first failure.
+    /// Label-bound handles for one traces exporter. Every `reason` and `error_type` series
+    /// is created at zero, so dashboards see them before the first failure.
     pub fn for_exporter(&self, id: &ComponentId) -> ExporterMetrics {
+        self.for_signal(id, "traces")
+    }
+
+    /// Label-bound handles for one exporter of `data_type` (`traces` or `metrics`): items
+    /// are counted in the `*_spans_total` or `*_metric_points_total` families.
+    pub fn for_signal(&self, id: &ComponentId, data_type: &'static str) -> ExporterMetrics {
         let name = id.written.as_str();
+        let items = if data_type == "metrics" {
+            &self.points
+        } else {
+            &self.spans
+        };
         ExporterMetrics {
             exporter: name.to_owned(),
-            sent_spans: self.sent_spans.with_label_values(&[name]),
-            send_failed_spans: FailureReason::ALL.map(|r| {
-                self.send_failed_spans
-                    .with_label_values(&[name, r.as_str()])
-            }),
-            enqueue_failed_spans: self.enqueue_failed_spans.with_label_values(&[name]),
+            data_type,
+            sent_spans: items.sent.with_label_values(&[name]),
+            send_failed_spans: FailureReason::ALL
+                .map(|r| items.send_failed.with_label_values(&[name, r.as_str()])),
+            enqueue_failed_spans: items.enqueue_failed.with_label_values(&[name]),
             queue_capacity: self.queue_capacity.clone(),
             in_flight: self.in_flight.with_label_values(&[name]),
             retries: RetryErrorType::ALL
@@ -219,6 +258,7 @@ impl ExporterMetricFamilies {
 #[derive(Clone, Debug)]
 pub struct ExporterMetrics {
     exporter: String,
+    data_type: &'static str,
     sent_spans: IntCounter,
     send_failed_spans: [IntCounter; 4],
     enqueue_failed_spans: IntCounter,
@@ -260,9 +300,10 @@ impl ExporterMetrics {
     /// time. The reader returns `None` once the queue is gone; its series is then removed.
     pub(crate) fn observe_queue(&self, capacity: usize, depth: QueueObserver) {
         self.queue_capacity
-            .with_label_values(&[self.exporter.as_str()])
+            .with_label_values(&[self.exporter.as_str(), self.data_type])
             .set(capacity as i64);
-        self.queue_size.add(self.exporter.clone(), depth);
+        self.queue_size
+            .add(self.exporter.clone(), self.data_type, depth);
     }
 }
 
@@ -282,7 +323,7 @@ pub(crate) type QueueObserver = Box<dyn Fn() -> Option<usize> + Send + Sync>;
 struct QueueSizeCollector {
     gauge: IntGaugeVec,
     // A std mutex: held only to copy or prune the short list, never across an await.
-    observers: Mutex<Vec<(String, QueueObserver)>>,
+    observers: Mutex<Vec<(String, &'static str, QueueObserver)>>,
 }
 
 impl std::fmt::Debug for QueueSizeCollector {
@@ -296,25 +337,25 @@ impl QueueSizeCollector {
         Ok(Self {
             gauge: IntGaugeVec::new(
                 Opts::new(desc::QUEUE_SIZE.0, desc::QUEUE_SIZE.1),
-                &["exporter"],
+                &["exporter", "data_type"],
             )?,
             observers: Mutex::new(Vec::new()),
         })
     }
 
-    fn add(&self, exporter: String, observer: QueueObserver) {
+    fn add(&self, exporter: String, data_type: &'static str, observer: QueueObserver) {
         let mut observers = self.observers.lock().unwrap_or_else(|e| e.into_inner());
-        observers.retain(|(name, _)| *name != exporter);
-        observers.push((exporter, observer));
+        observers.retain(|(name, kind, _)| *name != exporter || *kind != data_type);
+        observers.push((exporter, data_type, observer));
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
         let mut observers = self.observers.lock().unwrap_or_else(|e| e.into_inner());
         self.gauge.reset();
-        observers.retain(|(name, observe)| match observe() {
+        observers.retain(|(name, data_type, observe)| match observe() {
             Some(depth) => {
                 self.gauge
-                    .with_label_values(&[name.as_str()])
+                    .with_label_values(&[name.as_str(), data_type])
                     .set(depth as i64);
                 true
             }

@@ -1,4 +1,5 @@
-//! OTLP/gRPC transport (`exporters.otlp`).
+//! OTLP/gRPC transport (`exporters.otlp`), for traces (`TraceService/Export`) and metrics
+//! (`MetricsService/Export`).
 //!
 //! The batch's request bytes go on the wire as they are: a bytes codec writes them without
 //! re-encoding; only the small response is decoded with prost.
@@ -9,7 +10,6 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes};
 use http::Uri;
 use http::uri::{PathAndQuery, Scheme};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
@@ -21,17 +21,21 @@ use tower::ServiceExt;
 use super::ExporterError;
 use super::metrics::RetryErrorType;
 use super::tls::{self, Alpn};
-use super::transport::{Accepted, AttemptError};
+use super::transport::{Accepted, AttemptError, ExportResponse, SignalKind};
 use crate::config::{Compression, OtlpExporterConfig};
 
 /// The OTLP trace export method.
-const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+const TRACES_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// The OTLP metrics export method.
+const METRICS_EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
 /// Sends encoded requests over one lazily connected tonic channel.
 pub(crate) struct GrpcTransport {
     grpc: tonic::client::Grpc<Channel>,
     metadata: MetadataMap,
     timeout: Duration,
+    path: &'static str,
 }
 
 impl GrpcTransport {
@@ -43,7 +47,10 @@ impl GrpcTransport {
     /// # Errors
     ///
     /// An invalid endpoint, header or TLS setting.
-    pub(crate) fn new(config: &OtlpExporterConfig) -> Result<Self, ExporterError> {
+    pub(crate) fn new(
+        config: &OtlpExporterConfig,
+        signal: SignalKind,
+    ) -> Result<Self, ExporterError> {
         let (origin, use_tls) = resolve_endpoint(&config.endpoint, config.tls.insecure)?;
         let channel = if use_tls {
             // tonic refuses `https` URIs unless it does the TLS itself, and its TLS cannot
@@ -82,6 +89,10 @@ impl GrpcTransport {
             grpc,
             metadata,
             timeout: config.timeout,
+            path: match signal {
+                SignalKind::Traces => TRACES_EXPORT_PATH,
+                SignalKind::Metrics => METRICS_EXPORT_PATH,
+            },
         })
     }
 
@@ -91,13 +102,14 @@ impl GrpcTransport {
         let mut req = tonic::Request::new(request);
         *req.metadata_mut() = self.metadata.clone();
         req.set_timeout(self.timeout);
+        let path = self.path;
         let attempt = async move {
             grpc.ready().await.map_err(|e| AttemptError::Retryable {
                 error_type: RetryErrorType::Transport,
                 throttle: None,
                 message: e.to_string(),
             })?;
-            grpc.unary(req, PathAndQuery::from_static(EXPORT_PATH), BytesCodec)
+            grpc.unary(req, PathAndQuery::from_static(path), BytesCodec)
                 .await
                 .map_err(|status| classify(&status))
         };
@@ -107,7 +119,7 @@ impl GrpcTransport {
             .into_inner();
         Ok(match response.partial_success {
             Some(p) => Accepted {
-                rejected_spans: p.rejected_spans,
+                rejected_spans: p.rejected,
                 error_message: p.error_message,
             },
             None => Accepted::default(),
@@ -194,7 +206,7 @@ struct BytesCodec;
 
 impl Codec for BytesCodec {
     type Encode = Bytes;
-    type Decode = ExportTraceServiceResponse;
+    type Decode = ExportResponse;
     type Encoder = BytesCodec;
     type Decoder = BytesCodec;
 
@@ -218,12 +230,12 @@ impl Encoder for BytesCodec {
 }
 
 impl Decoder for BytesCodec {
-    type Item = ExportTraceServiceResponse;
+    type Item = ExportResponse;
     type Error = Status;
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
-        let response = ExportTraceServiceResponse::decode(src.copy_to_bytes(src.remaining()))
-            .map_err(|e| Status::internal(format!("decoding ExportTraceServiceResponse: {e}")))?;
+        let response = ExportResponse::decode(src.copy_to_bytes(src.remaining()))
+            .map_err(|e| Status::internal(format!("decoding the export response: {e}")))?;
         Ok(Some(response))
     }
 }

@@ -1,4 +1,5 @@
-//! OTLP/HTTP transport (`exporters.otlphttp`), protobuf encoding.
+//! OTLP/HTTP transport (`exporters.otlphttp`), protobuf encoding, for traces (`/v1/traces`)
+//! and metrics (`/v1/metrics`).
 
 use std::io::Write as _;
 use std::time::{Duration, SystemTime};
@@ -11,14 +12,13 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 
 use super::ExporterError;
 use super::metrics::RetryErrorType;
 use super::retry::parse_retry_after;
 use super::tls::{self, Alpn};
-use super::transport::{Accepted, AttemptError};
+use super::transport::{Accepted, AttemptError, ExportResponse, SignalKind};
 use crate::config::{Compression, OtlpExporterConfig};
 
 /// At most this much of a response body is read, as in the Collector.
@@ -27,7 +27,7 @@ const MAX_RESPONSE_BODY: usize = 64 * 1024;
 /// How much of an error body goes into the error message.
 const ERROR_BODY_EXCERPT: usize = 256;
 
-/// POSTs encoded requests to the traces URL over a pooled hyper client.
+/// POSTs encoded requests to the signal's URL over a pooled hyper client.
 pub(crate) struct HttpTransport {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     uri: Uri,
@@ -37,16 +37,23 @@ pub(crate) struct HttpTransport {
 }
 
 impl HttpTransport {
-    /// Builds the client for `config`: the URL is `traces_endpoint`, or `endpoint` with
-    /// `/v1/traces` appended.
+    /// Builds the client for `config`: the URL is `traces_endpoint` (`metrics_endpoint`),
+    /// or `endpoint` with `/v1/traces` (`/v1/metrics`) appended.
     ///
     /// # Errors
     ///
     /// An invalid URL, header or TLS setting.
-    pub(crate) fn new(config: &OtlpExporterConfig) -> Result<Self, ExporterError> {
-        let url = match &config.traces_endpoint {
+    pub(crate) fn new(
+        config: &OtlpExporterConfig,
+        signal: SignalKind,
+    ) -> Result<Self, ExporterError> {
+        let (signal_url, path) = match signal {
+            SignalKind::Traces => (&config.traces_endpoint, "/v1/traces"),
+            SignalKind::Metrics => (&config.metrics_endpoint, "/v1/metrics"),
+        };
+        let url = match signal_url {
             Some(url) => url.clone(),
-            None => format!("{}/v1/traces", config.endpoint.trim_end_matches('/')),
+            None => format!("{}{path}", config.endpoint.trim_end_matches('/')),
         };
         let invalid = |reason: String| ExporterError::InvalidEndpoint {
             endpoint: url.clone(),
@@ -128,11 +135,11 @@ impl HttpTransport {
         if status.is_success() {
             // A body that is not a protobuf response (or is cut at the limit) carries no
             // partial success we can read; the request itself was accepted.
-            return Ok(match ExportTraceServiceResponse::decode(body) {
-                Ok(ExportTraceServiceResponse {
+            return Ok(match ExportResponse::decode(body) {
+                Ok(ExportResponse {
                     partial_success: Some(p),
                 }) if is_protobuf => Accepted {
-                    rejected_spans: p.rejected_spans,
+                    rejected_spans: p.rejected,
                     error_message: p.error_message,
                 },
                 _ => Accepted::default(),

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::retry::deliver;
-use crate::pipeline::TraceBatch;
+use crate::pipeline::Payload;
 
 /// How long past the deadline shutdown waits for consumers to notice it before aborting
 /// them. They notice at once unless a transport future does not yield; this only bounds
@@ -27,16 +27,16 @@ use crate::pipeline::TraceBatch;
 pub(crate) const ABORT_SLACK: Duration = Duration::from_millis(200);
 
 /// The consumer side of the queue, owned by the exporter handles.
-pub(crate) struct SendingQueue {
+pub(crate) struct SendingQueue<P> {
     // A tokio mutex: consumers hold it while awaiting the next batch (one waits, the others
     // queue on the lock), and shutdown takes it to close the channel.
-    rx: Arc<Mutex<mpsc::Receiver<TraceBatch>>>,
+    rx: Arc<Mutex<mpsc::Receiver<P>>>,
     consumers: std::sync::Mutex<Vec<JoinHandle<()>>>,
     /// Spans taken off the queue and not yet accounted for.
     in_hand: Arc<AtomicUsize>,
 }
 
-impl SendingQueue {
+impl<P: Payload> SendingQueue<P> {
     /// Creates the channel with room for `capacity` batches and spawns `consumers` workers.
     /// Returns the queue and its sender.
     ///
@@ -47,7 +47,7 @@ impl SendingQueue {
         shared: &Arc<Shared>,
         capacity: usize,
         consumers: usize,
-    ) -> (Self, mpsc::Sender<TraceBatch>) {
+    ) -> (Self, mpsc::Sender<P>) {
         let (tx, rx) = mpsc::channel(capacity);
         let weak = tx.downgrade();
         shared.metrics.observe_queue(
@@ -93,15 +93,15 @@ impl SendingQueue {
         let mut rx = self.rx.lock().await;
         rx.close();
         while let Ok(batch) = rx.try_recv() {
-            shared.record_shutdown_drop(batch.span_count);
+            shared.record_shutdown_drop(batch.item_count());
         }
     }
 }
 
 /// One consumer: takes batches and delivers them until the queue is closed and empty.
-async fn consume(
+async fn consume<P: Payload>(
     shared: Arc<Shared>,
-    rx: Arc<Mutex<mpsc::Receiver<TraceBatch>>>,
+    rx: Arc<Mutex<mpsc::Receiver<P>>>,
     in_hand: Arc<AtomicUsize>,
 ) {
     let mut closed = shared.closed.subscribe();
@@ -119,11 +119,11 @@ async fn consume(
         let Some(batch) = next else {
             return;
         };
-        in_hand.fetch_add(batch.span_count, Ordering::AcqRel);
+        in_hand.fetch_add(batch.item_count(), Ordering::AcqRel);
         let outcome = deliver(&shared, &batch, &mut deadline).await;
         // No await between these two: an abort (which lands only at an await) sees the
         // batch either in `in_hand` or recorded, never both or neither.
-        in_hand.fetch_sub(batch.span_count, Ordering::AcqRel);
+        in_hand.fetch_sub(batch.item_count(), Ordering::AcqRel);
         shared.record_outcome(&batch, &outcome);
     }
 }

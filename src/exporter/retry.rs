@@ -16,7 +16,7 @@ use super::Shared;
 use super::metrics::FailureReason;
 use super::transport::{Accepted, AttemptError};
 use crate::config::RetryConfig;
-use crate::pipeline::TraceBatch;
+use crate::pipeline::Payload;
 
 /// The backoff state of one batch's delivery. Pure: the caller supplies elapsed time and the
 /// random jitter, so the schedule is deterministic under test.
@@ -146,9 +146,9 @@ pub(crate) async fn deadline_reached(deadline: &mut watch::Receiver<Option<Insta
 ///
 /// Dropping the future abandons the batch without accounting for it; the queue relies on
 /// its own deadline arm instead of cancelling this.
-pub(crate) async fn deliver(
+pub(crate) async fn deliver<P: Payload>(
     shared: &Shared,
-    batch: &TraceBatch,
+    batch: &P,
     deadline: &mut watch::Receiver<Option<Instant>>,
 ) -> Outcome {
     let started = Instant::now();
@@ -159,7 +159,7 @@ pub(crate) async fn deliver(
             tokio::select! {
                 biased;
                 () = deadline_reached(deadline) => return Outcome::ShutDown,
-                result = shared.transport.send(batch.request.clone()) => result,
+                result = shared.transport.send(batch.request().clone()) => result,
             }
         };
         let (error_type, throttle, message) = match attempt {

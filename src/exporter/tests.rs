@@ -151,6 +151,7 @@ fn otlp_config(endpoint: String) -> OtlpExporterConfig {
     OtlpExporterConfig {
         endpoint,
         traces_endpoint: None,
+        metrics_endpoint: None,
         tls: TlsClientConfig {
             insecure: true,
             ..Default::default()

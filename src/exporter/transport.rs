@@ -8,10 +8,52 @@ use super::metrics::RetryErrorType;
 use super::otlp_grpc::GrpcTransport;
 use super::otlp_http::HttpTransport;
 
+/// The signal a transport carries: which service method or URL path it posts to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SignalKind {
+    /// `ExportTraceServiceRequest`s.
+    Traces,
+    /// `ExportMetricsServiceRequest`s.
+    Metrics,
+}
+
+impl SignalKind {
+    /// The signal of payload `P`.
+    pub(crate) fn of<P: crate::pipeline::Payload>() -> Self {
+        if P::SIGNAL == "metrics" {
+            Self::Metrics
+        } else {
+            Self::Traces
+        }
+    }
+}
+
+/// The `partial_success` of any OTLP export response: `ExportTraceServiceResponse` and
+/// `ExportMetricsServiceResponse` share its layout (field 1 the rejected count, field 2 the
+/// message), so one message decodes both.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct ExportResponse {
+    /// `partial_success`.
+    #[prost(message, optional, tag = "1")]
+    pub(crate) partial_success: Option<PartialSuccess>,
+}
+
+/// `ExportTracePartialSuccess` / `ExportMetricsPartialSuccess`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct PartialSuccess {
+    /// `rejected_spans` / `rejected_data_points`.
+    #[prost(int64, tag = "1")]
+    pub(crate) rejected: i64,
+    /// `error_message`.
+    #[prost(string, tag = "2")]
+    pub(crate) error_message: String,
+}
+
 /// The destination accepted the request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Accepted {
-    /// `partial_success.rejected_spans` of the response (0 when absent).
+    /// `partial_success.rejected_spans` (or `rejected_data_points`) of the response (0 when
+    /// absent).
     pub(crate) rejected_spans: i64,
     /// `partial_success.error_message` of the response (empty when absent).
     pub(crate) error_message: String,
@@ -50,7 +92,7 @@ impl AttemptError {
     }
 }
 
-/// A network transport of OTLP trace requests.
+/// A network transport of OTLP export requests of one signal.
 #[expect(
     clippy::large_enum_variant,
     reason = "one per exporter, built once and held in an Arc"
@@ -63,7 +105,7 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
-    /// Makes one attempt to deliver `request` (an encoded `ExportTraceServiceRequest`),
+    /// Makes one attempt to deliver `request` (an encoded export request of the signal),
     /// bounded by the per-attempt timeout.
     pub(crate) async fn send(&self, request: Bytes) -> Result<Accepted, AttemptError> {
         match self {

@@ -1,4 +1,4 @@
-//! OTLP/JSON → protobuf, once, at the edge; and the JSON bodies the HTTP receiver answers.
+//! OTLP/JSON → protobuf (traces and metrics), once, at the edge; and the JSON bodies the HTTP receiver answers.
 //!
 //! Follows the OTLP/JSON rules (<https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding>)
 //! and accepts what real senders send:
@@ -15,9 +15,17 @@
 //! implementation rejects enum names and is stricter than the senders in the field.
 
 use base64_lite::decode_base64;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
     AnyValue, ArrayValue, EntityRef, InstrumentationScope, KeyValue, KeyValueList, any_value,
+};
+use opentelemetry_proto::tonic::metrics::v1::exponential_histogram_data_point::Buckets as ExponentialBuckets;
+use opentelemetry_proto::tonic::metrics::v1::summary_data_point::ValueAtQuantile;
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Exemplar, ExponentialHistogram, ExponentialHistogramDataPoint, Gauge,
+    Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    Summary, SummaryDataPoint,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::{Event, Link, SpanKind};
@@ -575,6 +583,262 @@ fn kvlist_value(v: &Value, path: &P<'_>) -> R<KeyValueList> {
     let o = obj(v, path)?;
     Ok(KeyValueList {
         values: o.list("values", "values", key_value)?,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Metrics.
+
+/// Transcodes an OTLP/JSON `ExportMetricsServiceRequest` to its protobuf encoding, by the
+/// same rules as [`traces_json_to_protobuf`]: exemplar trace and span ids are hex,
+/// `aggregationTemporality` is an integer or its name, int64 and fixed64 values are numbers
+/// or decimal strings, doubles may be `"NaN"` or `"Infinity"`.
+///
+/// # Errors
+///
+/// As [`traces_json_to_protobuf`].
+pub fn metrics_json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, JsonError> {
+    let value: Value = serde_json::from_slice(json).map_err(|e| JsonError {
+        path: String::new(),
+        message: format!("invalid json: {e}"),
+    })?;
+    let root = P::ROOT;
+    let request = metrics_request(&value, &root)?;
+    Ok(request.encode_to_vec())
+}
+
+fn metrics_request(v: &Value, path: &P<'_>) -> R<ExportMetricsServiceRequest> {
+    let o = obj(v, path)?;
+    Ok(ExportMetricsServiceRequest {
+        resource_metrics: o.list("resourceMetrics", "resource_metrics", resource_metrics)?,
+    })
+}
+
+fn resource_metrics(v: &Value, path: &P<'_>) -> R<ResourceMetrics> {
+    let o = obj(v, path)?;
+    Ok(ResourceMetrics {
+        resource: o.opt("resource", "resource", resource)?,
+        scope_metrics: o.list("scopeMetrics", "scope_metrics", scope_metrics)?,
+        schema_url: o.with("schemaUrl", "schema_url", string)?,
+    })
+}
+
+fn scope_metrics(v: &Value, path: &P<'_>) -> R<ScopeMetrics> {
+    let o = obj(v, path)?;
+    Ok(ScopeMetrics {
+        scope: o.opt("scope", "scope", scope)?,
+        metrics: o.list("metrics", "metrics", metric)?,
+        schema_url: o.with("schemaUrl", "schema_url", string)?,
+    })
+}
+
+fn metric(v: &Value, path: &P<'_>) -> R<Metric> {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let o = obj(v, path)?;
+    let mut data = None;
+    let mut set = |field: &'static str, d: Option<Data>| -> R<()> {
+        if let Some(d) = d {
+            if data.is_some() {
+                return Err(path
+                    .field(field)
+                    .err("more than one data field set in a Metric"));
+            }
+            data = Some(d);
+        }
+        Ok(())
+    };
+    set("gauge", o.opt("gauge", "gauge", gauge)?.map(Data::Gauge))?;
+    set("sum", o.opt("sum", "sum", sum)?.map(Data::Sum))?;
+    set(
+        "histogram",
+        o.opt("histogram", "histogram", histogram)?
+            .map(Data::Histogram),
+    )?;
+    set(
+        "exponentialHistogram",
+        o.opt(
+            "exponentialHistogram",
+            "exponential_histogram",
+            exponential_histogram,
+        )?
+        .map(Data::ExponentialHistogram),
+    )?;
+    set(
+        "summary",
+        o.opt("summary", "summary", summary)?.map(Data::Summary),
+    )?;
+    Ok(Metric {
+        name: o.with("name", "name", string)?,
+        description: o.with("description", "description", string)?,
+        unit: o.with("unit", "unit", string)?,
+        metadata: o.list("metadata", "metadata", key_value)?,
+        data,
+    })
+}
+
+fn temporality(v: &Value, path: &P<'_>) -> R<i32> {
+    enumeration(v, path, |s| {
+        AggregationTemporality::from_str_name(s).map(|t| t as i32)
+    })
+}
+
+fn gauge(v: &Value, path: &P<'_>) -> R<Gauge> {
+    let o = obj(v, path)?;
+    Ok(Gauge {
+        data_points: o.list("dataPoints", "data_points", number_point)?,
+    })
+}
+
+fn sum(v: &Value, path: &P<'_>) -> R<Sum> {
+    let o = obj(v, path)?;
+    Ok(Sum {
+        data_points: o.list("dataPoints", "data_points", number_point)?,
+        aggregation_temporality: o.with(
+            "aggregationTemporality",
+            "aggregation_temporality",
+            temporality,
+        )?,
+        is_monotonic: o.with("isMonotonic", "is_monotonic", boolean)?,
+    })
+}
+
+fn histogram(v: &Value, path: &P<'_>) -> R<Histogram> {
+    let o = obj(v, path)?;
+    Ok(Histogram {
+        data_points: o.list("dataPoints", "data_points", histogram_point)?,
+        aggregation_temporality: o.with(
+            "aggregationTemporality",
+            "aggregation_temporality",
+            temporality,
+        )?,
+    })
+}
+
+fn exponential_histogram(v: &Value, path: &P<'_>) -> R<ExponentialHistogram> {
+    let o = obj(v, path)?;
+    Ok(ExponentialHistogram {
+        data_points: o.list("dataPoints", "data_points", exponential_point)?,
+        aggregation_temporality: o.with(
+            "aggregationTemporality",
+            "aggregation_temporality",
+            temporality,
+        )?,
+    })
+}
+
+fn summary(v: &Value, path: &P<'_>) -> R<Summary> {
+    let o = obj(v, path)?;
+    Ok(Summary {
+        data_points: o.list("dataPoints", "data_points", summary_point)?,
+    })
+}
+
+fn number_point(v: &Value, path: &P<'_>) -> R<NumberDataPoint> {
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as N;
+    let o = obj(v, path)?;
+    let as_double = o.opt("asDouble", "as_double", double)?;
+    let as_int = o.opt("asInt", "as_int", i64_)?;
+    let value = match (as_double, as_int) {
+        (Some(_), Some(_)) => {
+            return Err(path.field("asInt").err("both asDouble and asInt are set"));
+        }
+        (Some(d), None) => Some(N::AsDouble(d)),
+        (None, Some(i)) => Some(N::AsInt(i)),
+        (None, None) => None,
+    };
+    Ok(NumberDataPoint {
+        attributes: o.list("attributes", "attributes", key_value)?,
+        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
+        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
+        exemplars: o.list("exemplars", "exemplars", exemplar)?,
+        flags: o.with("flags", "flags", u32_)?,
+        value,
+    })
+}
+
+fn histogram_point(v: &Value, path: &P<'_>) -> R<HistogramDataPoint> {
+    let o = obj(v, path)?;
+    Ok(HistogramDataPoint {
+        attributes: o.list("attributes", "attributes", key_value)?,
+        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
+        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
+        count: o.with("count", "count", u64_)?,
+        sum: o.opt("sum", "sum", double)?,
+        bucket_counts: o.list("bucketCounts", "bucket_counts", u64_)?,
+        explicit_bounds: o.list("explicitBounds", "explicit_bounds", double)?,
+        exemplars: o.list("exemplars", "exemplars", exemplar)?,
+        flags: o.with("flags", "flags", u32_)?,
+        min: o.opt("min", "min", double)?,
+        max: o.opt("max", "max", double)?,
+    })
+}
+
+fn exponential_point(v: &Value, path: &P<'_>) -> R<ExponentialHistogramDataPoint> {
+    let o = obj(v, path)?;
+    Ok(ExponentialHistogramDataPoint {
+        attributes: o.list("attributes", "attributes", key_value)?,
+        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
+        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
+        count: o.with("count", "count", u64_)?,
+        sum: o.opt("sum", "sum", double)?,
+        scale: o.with("scale", "scale", i32_)?,
+        zero_count: o.with("zeroCount", "zero_count", u64_)?,
+        positive: o.opt("positive", "positive", exponential_buckets)?,
+        negative: o.opt("negative", "negative", exponential_buckets)?,
+        flags: o.with("flags", "flags", u32_)?,
+        exemplars: o.list("exemplars", "exemplars", exemplar)?,
+        min: o.opt("min", "min", double)?,
+        max: o.opt("max", "max", double)?,
+        zero_threshold: o.with("zeroThreshold", "zero_threshold", double)?,
+    })
+}
+
+fn exponential_buckets(v: &Value, path: &P<'_>) -> R<ExponentialBuckets> {
+    let o = obj(v, path)?;
+    Ok(ExponentialBuckets {
+        offset: o.with("offset", "offset", i32_)?,
+        bucket_counts: o.list("bucketCounts", "bucket_counts", u64_)?,
+    })
+}
+
+fn summary_point(v: &Value, path: &P<'_>) -> R<SummaryDataPoint> {
+    let o = obj(v, path)?;
+    Ok(SummaryDataPoint {
+        attributes: o.list("attributes", "attributes", key_value)?,
+        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
+        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
+        count: o.with("count", "count", u64_)?,
+        sum: o.with("sum", "sum", double)?,
+        quantile_values: o.list("quantileValues", "quantile_values", |v, p| {
+            let q = obj(v, p)?;
+            Ok(ValueAtQuantile {
+                quantile: q.with("quantile", "quantile", double)?,
+                value: q.with("value", "value", double)?,
+            })
+        })?,
+        flags: o.with("flags", "flags", u32_)?,
+    })
+}
+
+fn exemplar(v: &Value, path: &P<'_>) -> R<Exemplar> {
+    use opentelemetry_proto::tonic::metrics::v1::exemplar::Value as N;
+    let o = obj(v, path)?;
+    let as_double = o.opt("asDouble", "as_double", double)?;
+    let as_int = o.opt("asInt", "as_int", i64_)?;
+    let value = match (as_double, as_int) {
+        (Some(_), Some(_)) => {
+            return Err(path.field("asInt").err("both asDouble and asInt are set"));
+        }
+        (Some(d), None) => Some(N::AsDouble(d)),
+        (None, Some(i)) => Some(N::AsInt(i)),
+        (None, None) => None,
+    };
+    Ok(Exemplar {
+        filtered_attributes: o.list("filteredAttributes", "filtered_attributes", key_value)?,
+        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
+        span_id: o.with("spanId", "span_id", |v, p| hex_id(v, p, 8))?,
+        trace_id: o.with("traceId", "trace_id", |v, p| hex_id(v, p, 16))?,
+        value,
     })
 }
 

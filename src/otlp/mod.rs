@@ -15,8 +15,10 @@
 //! exactly the bytes received (which makes the memory budget exact) and the CPU cost per
 //! span is close to that of reading it once.
 //!
-//! OTLP/JSON is transcoded to protobuf once, at the edge ([`traces_json_to_protobuf`]), so
-//! everything downstream sees one format.
+//! OTLP/JSON is transcoded to protobuf once, at the edge ([`traces_json_to_protobuf`],
+//! [`metrics_json_to_protobuf`]), so everything downstream sees one format. Metrics
+//! requests are checked with a prost decode ([`decode_metrics_request`]) and otherwise
+//! travel as their bytes too.
 //!
 //! # The prost-equivalence contract
 //!
@@ -41,13 +43,18 @@
 pub mod attributes;
 mod frame;
 mod json;
+mod metrics;
 mod wire;
 
 #[cfg(test)]
 mod tests;
 
 pub use frame::{TraceRequestWriter, split_batch};
-pub use json::{JsonError, export_trace_response_json, status_json, traces_json_to_protobuf};
+pub use json::{
+    JsonError, export_trace_response_json, metrics_json_to_protobuf, status_json,
+    traces_json_to_protobuf,
+};
+pub use metrics::{MetricsError, count_data_points, decode_metrics_request, metric_points};
 pub use wire::{
     ResourceSpansView, ScopeSpansView, SpanId, SpanView, TraceId, WireError, WireErrorKind,
     count_spans, parse_traces_request,

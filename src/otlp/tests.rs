@@ -1292,3 +1292,44 @@ fn json_responses() {
     assert_eq!(v, json!({ "code": 3, "message": "invalid" }));
     assert_eq!(status_json(14, ""), b"{\"code\":14}");
 }
+
+/// Scenario: an OTLP/JSON metrics request with every data kind, enum names, int64 as
+/// strings, snake_case keys and a hex exemplar id; then a protobuf request with a 3-byte
+/// exemplar trace id.
+/// Guarantees: the JSON transcodes to the protobuf a prost decode reads back with the same
+/// values, and its data points are counted (one per point of every kind); an exemplar id
+/// of the wrong length is refused, as the Collector refuses it.
+#[test]
+fn metrics_json_and_point_counting() {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let json = br#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[
+        {"name":"g","gauge":{"dataPoints":[{"asDouble":"NaN"},{"as_int":"-3"}]}},
+        {"name":"s","sum":{"aggregationTemporality":"AGGREGATION_TEMPORALITY_DELTA","is_monotonic":true,
+            "dataPoints":[{"asInt":5,"exemplars":[{"asDouble":1.5,"traceId":"0102030405060708090A0B0C0D0E0F10","spanId":"0102030405060708"}]}]}},
+        {"name":"h","histogram":{"aggregationTemporality":2,"dataPoints":[{"count":"3","sum":6,"bucketCounts":["1","2"],"explicitBounds":[1.0]}]}},
+        {"name":"e","exponentialHistogram":{"dataPoints":[{"count":1,"scale":-2,"positive":{"offset":-1,"bucketCounts":[1]}}]}},
+        {"name":"q","summary":{"dataPoints":[{"count":2,"sum":3.5,"quantileValues":[{"quantile":0.5,"value":1}]}]}}
+    ]}]}]}"#;
+    let encoded = Bytes::from(crate::otlp::metrics_json_to_protobuf(json).unwrap());
+    let (decoded, points) = crate::otlp::decode_metrics_request(&encoded).unwrap();
+    assert_eq!(points, 6);
+    let metrics = &decoded.resource_metrics[0].scope_metrics[0].metrics;
+    let Some(Data::Sum(sum)) = &metrics[1].data else {
+        panic!("sum")
+    };
+    assert_eq!(sum.aggregation_temporality, 1);
+    assert!(sum.is_monotonic);
+    assert_eq!(sum.data_points[0].exemplars[0].trace_id[15], 0x10);
+    let Some(Data::Histogram(h)) = &metrics[2].data else {
+        panic!("histogram")
+    };
+    assert_eq!(h.data_points[0].bucket_counts, vec![1, 2]);
+    assert!(crate::otlp::metrics_json_to_protobuf(br#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"sum":{"dataPoints":[{"exemplars":[{"traceId":"0102"}]}]}}]}]}]}"#).is_err());
+
+    let mut bad = decoded.clone();
+    if let Some(Data::Sum(sum)) = &mut bad.resource_metrics[0].scope_metrics[0].metrics[1].data {
+        sum.data_points[0].exemplars[0].trace_id = vec![1, 2, 3];
+    }
+    let bad = Bytes::from(prost::Message::encode_to_vec(&bad));
+    assert!(crate::otlp::decode_metrics_request(&bad).is_err());
+}

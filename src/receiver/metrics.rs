@@ -28,6 +28,8 @@ impl Transport {
 pub struct ReceiverMetricFamilies {
     accepted: IntCounterVec,
     refused: IntCounterVec,
+    accepted_points: IntCounterVec,
+    refused_points: IntCounterVec,
     refused_requests: IntCounterVec,
 }
 
@@ -52,25 +54,43 @@ impl ReceiverMetricFamilies {
             ),
             &["receiver", "transport"],
         )?;
+        let accepted_points = IntCounterVec::new(
+            Opts::new(
+                "otelcol_receiver_accepted_metric_points_total",
+                "Number of metric points successfully pushed into the pipeline.",
+            ),
+            &["receiver", "transport"],
+        )?;
+        let refused_points = IntCounterVec::new(
+            Opts::new(
+                "otelcol_receiver_refused_metric_points_total",
+                "Number of metric points that could not be pushed into the pipeline.",
+            ),
+            &["receiver", "transport"],
+        )?;
         let refused_requests = IntCounterVec::new(
             Opts::new(
                 "tailgate_receiver_refused_requests_total",
-                "Number of requests refused, by reason: overloaded and shutting_down are \
-                 retryable, the others are client errors.",
+                "Number of requests refused, by signal (traces, metrics) and reason: \
+                 overloaded and shutting_down are retryable, the others are client errors.",
             ),
-            &["receiver", "transport", "reason"],
+            &["receiver", "transport", "signal", "reason"],
         )?;
         registry.register(Box::new(accepted.clone()))?;
         registry.register(Box::new(refused.clone()))?;
+        registry.register(Box::new(accepted_points.clone()))?;
+        registry.register(Box::new(refused_points.clone()))?;
         registry.register(Box::new(refused_requests.clone()))?;
         Ok(Self {
             accepted,
             refused,
+            accepted_points,
+            refused_points,
             refused_requests,
         })
     }
 
-    /// Handles bound to one receiver and transport.
+    /// Handles bound to one receiver and transport, for traces.
     pub fn for_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
         let labels = [id.written.as_str(), transport.label()];
         ReceiverMetrics {
@@ -79,6 +99,20 @@ impl ReceiverMetricFamilies {
             refused_requests: self.refused_requests.clone(),
             receiver: id.written.clone(),
             transport,
+            signal: "traces",
+        }
+    }
+
+    /// Handles bound to one receiver and transport, for metrics (counting data points).
+    pub fn for_metrics_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
+        let labels = [id.written.as_str(), transport.label()];
+        ReceiverMetrics {
+            accepted: self.accepted_points.with_label_values(&labels),
+            refused: self.refused_points.with_label_values(&labels),
+            refused_requests: self.refused_requests.clone(),
+            receiver: id.written.clone(),
+            transport,
+            signal: "metrics",
         }
     }
 }
@@ -91,6 +125,7 @@ pub struct ReceiverMetrics {
     refused_requests: IntCounterVec,
     receiver: String,
     transport: Transport,
+    signal: &'static str,
 }
 
 impl ReceiverMetrics {
@@ -104,6 +139,7 @@ impl ReceiverMetrics {
             .with_label_values(&[
                 self.receiver.as_str(),
                 self.transport.label(),
+                self.signal,
                 error.reason_label(),
             ])
             .inc();

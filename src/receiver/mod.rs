@@ -3,6 +3,9 @@
 //! Both transports share one [`TracesIntake`]: validate the request with the wire reader
 //! (exactly as strict as a protobuf decode, plus OTLP's id lengths), count its spans, and
 //! admit it into every pipeline the receiver feeds. Spans are not decoded into objects.
+//!
+//! Metrics go through a [`MetricsIntake`] beside it: a prost decode validates the request
+//! and counts its data points, and the original bytes go on.
 
 mod metrics;
 pub mod otlp_grpc;
@@ -17,7 +20,7 @@ use prost::Message;
 
 use crate::error::PipelineError;
 use crate::limiter::MemoryLimiter;
-use crate::pipeline::{TraceBatch, TracesSink};
+use crate::pipeline::{MetricsBatch, MetricsSink, TraceBatch, TracesSink};
 
 /// Validates, counts and admits trace requests for one receiver and transport.
 #[derive(Clone)]
@@ -100,6 +103,92 @@ impl TracesIntake {
         self.metrics
             .record_refused(lenient_span_count(request), error);
         tracing::debug!(event = "receiver.refused", error = %error);
+    }
+}
+
+/// Validates, counts and admits metrics requests for one receiver and transport.
+#[derive(Clone)]
+pub struct MetricsIntake {
+    sink: MetricsSink,
+    metrics: ReceiverMetrics,
+    limiter: Option<Arc<MemoryLimiter>>,
+}
+
+impl MetricsIntake {
+    /// An intake feeding `sink`, counting data points into `metrics`, admitting requests
+    /// through `limiter` when a memory limit is configured.
+    pub fn new(
+        sink: MetricsSink,
+        metrics: ReceiverMetrics,
+        limiter: Option<Arc<MemoryLimiter>>,
+    ) -> Self {
+        Self {
+            sink,
+            metrics,
+            limiter,
+        }
+    }
+
+    /// Admission before the body is read; see [`TracesIntake::admit`].
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Overloaded`].
+    pub fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        limiter.admit(size_hint).inspect_err(|error| {
+            self.metrics.record_refused(0, error);
+        })
+    }
+
+    /// True when no metrics pipeline takes this receiver's metrics.
+    pub fn has_pipeline(&self) -> bool {
+        !self.sink.is_empty()
+    }
+
+    /// Admits an encoded `ExportMetricsServiceRequest`; returns its data point count.
+    ///
+    /// A request with no data points succeeds without entering the pipeline.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] when the bytes are not a valid request, or the
+    /// pipeline's refusal. Every refusal is counted before it is returned.
+    pub async fn ingest(&self, request: Bytes) -> Result<usize, PipelineError> {
+        let points = match crate::otlp::decode_metrics_request(&request) {
+            Ok((_decoded, points)) => points,
+            Err(error) => {
+                let error = PipelineError::Malformed(error.to_string());
+                self.refuse(&error);
+                return Err(error);
+            }
+        };
+        if points == 0 {
+            return Ok(0);
+        }
+        if self.sink.is_empty() {
+            let error = PipelineError::NoPipeline("metrics");
+            self.metrics.record_refused(points, &error);
+            return Err(error);
+        }
+        match self.sink.accept(MetricsBatch::new(request, points)).await {
+            Ok(()) => {
+                self.metrics.record_accepted(points);
+                Ok(points)
+            }
+            Err(error) => {
+                self.metrics.record_refused(points, &error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Counts a request refused before or during decoding (its data points are unknown).
+    pub fn refuse(&self, error: &PipelineError) {
+        self.metrics.record_refused(0, error);
+        tracing::debug!(event = "receiver.refused", signal = "metrics", error = %error);
     }
 }
 

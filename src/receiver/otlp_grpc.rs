@@ -2,8 +2,9 @@
 //!
 //! The trace service is a hand-written tonic service whose codec hands the handler the
 //! request message as bytes, so spans are validated by the wire reader and never decoded
-//! into objects. The metrics and logs services answer `UNIMPLEMENTED` with a message until
-//! this gateway has pipelines for them.
+//! into objects. The metrics service is built the same way (the handler validates with a
+//! prost decode and passes the original bytes on) when the receiver feeds a metrics
+//! pipeline, and answers `UNIMPLEMENTED` with a message otherwise; so does the logs service.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -30,12 +31,14 @@ use tonic::codec::{BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decode
 use tonic::server::{NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 
-use super::TracesIntake;
+use super::{MetricsIntake, TracesIntake};
 use crate::config::GrpcServerConfig;
 use crate::error::PipelineError;
 
 const TRACE_SERVICE: &str = "opentelemetry.proto.collector.trace.v1.TraceService";
 const TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+const METRICS_SERVICE: &str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
+const METRICS_EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
 /// Serves OTLP/gRPC on `listener` until `stop` turns true, then finishes in-flight
 /// requests and returns.
@@ -47,23 +50,34 @@ pub async fn serve(
     listener: TcpListener,
     config: GrpcServerConfig,
     traces: TracesIntake,
+    metrics: MetricsIntake,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let trace_service = RawTraceService {
         intake: traces,
         max_message_size: config.max_recv_msg_size,
     };
-    let metrics_service = MetricsServiceServer::new(NoPipeline)
-        .max_decoding_message_size(config.max_recv_msg_size)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd);
+    let (raw_metrics_service, metrics_service) = if metrics.has_pipeline() {
+        let raw = RawMetricsService {
+            intake: metrics,
+            max_message_size: config.max_recv_msg_size,
+        };
+        (Some(raw), None)
+    } else {
+        let none = MetricsServiceServer::new(NoPipeline)
+            .max_decoding_message_size(config.max_recv_msg_size)
+            .accept_compressed(CompressionEncoding::Gzip)
+            .accept_compressed(CompressionEncoding::Zstd);
+        (None, Some(none))
+    };
     let logs_service = LogsServiceServer::new(NoPipeline)
         .max_decoding_message_size(config.max_recv_msg_size)
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Zstd);
     tonic::transport::Server::builder()
         .add_service(trace_service)
-        .add_service(metrics_service)
+        .add_optional_service(raw_metrics_service)
+        .add_optional_service(metrics_service)
         .add_service(logs_service)
         .serve_with_incoming_shutdown(
             // Small unary answers: do not let Nagle's algorithm delay them.
@@ -119,12 +133,13 @@ where
         };
         let max_message_size = self.max_message_size;
         Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(RawRequestCodec)
-                .accept_compressed(CompressionEncoding::Gzip)
-                .accept_compressed(CompressionEncoding::Zstd)
-                .send_compressed(CompressionEncoding::Gzip)
-                .send_compressed(CompressionEncoding::Zstd)
-                .max_decoding_message_size(max_message_size);
+            let mut grpc =
+                tonic::server::Grpc::new(RawRequestCodec::<ExportTraceServiceResponse>::default())
+                    .accept_compressed(CompressionEncoding::Gzip)
+                    .accept_compressed(CompressionEncoding::Zstd)
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .send_compressed(CompressionEncoding::Zstd)
+                    .max_decoding_message_size(max_message_size);
             Ok(grpc.unary(handler, request).await)
         })
     }
@@ -151,14 +166,98 @@ impl UnaryService<Bytes> for ExportHandler {
     }
 }
 
-/// Decodes a request message as its bytes; encodes the response with prost.
-#[derive(Clone, Copy, Debug, Default)]
-struct RawRequestCodec;
+/// `MetricsService` over raw request bytes.
+#[derive(Clone)]
+struct RawMetricsService {
+    intake: MetricsIntake,
+    max_message_size: usize,
+}
 
-impl Codec for RawRequestCodec {
-    type Encode = ExportTraceServiceResponse;
+impl NamedService for RawMetricsService {
+    const NAME: &'static str = METRICS_SERVICE;
+}
+
+impl<B> tower::Service<http::Request<B>> for RawMetricsService
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != METRICS_EXPORT_PATH {
+            let status = tonic::Status::unimplemented(format!(
+                "unknown method {}; the metrics service has only Export",
+                request.uri().path()
+            ));
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
+        // Admission before the body is read or decoded, as for traces.
+        if let Err(error) = self.intake.admit(0) {
+            return Box::pin(async move { Ok(error.grpc_status().into_http()) });
+        }
+        let handler = MetricsExportHandler {
+            intake: self.intake.clone(),
+        };
+        let max_message_size = self.max_message_size;
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(
+                RawRequestCodec::<ExportMetricsServiceResponse>::default(),
+            )
+            .accept_compressed(CompressionEncoding::Gzip)
+            .accept_compressed(CompressionEncoding::Zstd)
+            .send_compressed(CompressionEncoding::Gzip)
+            .send_compressed(CompressionEncoding::Zstd)
+            .max_decoding_message_size(max_message_size);
+            Ok(grpc.unary(handler, request).await)
+        })
+    }
+}
+
+struct MetricsExportHandler {
+    intake: MetricsIntake,
+}
+
+impl UnaryService<Bytes> for MetricsExportHandler {
+    type Response = ExportMetricsServiceResponse;
+    type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let intake = self.intake.clone();
+        Box::pin(async move {
+            match intake.ingest(request.into_inner()).await {
+                Ok(_points) => Ok(tonic::Response::new(ExportMetricsServiceResponse {
+                    partial_success: None,
+                })),
+                Err(error) => Err(error.grpc_status()),
+            }
+        })
+    }
+}
+
+/// Decodes a request message as its bytes; encodes the response `R` with prost.
+#[derive(Debug)]
+struct RawRequestCodec<R>(std::marker::PhantomData<fn() -> R>);
+
+impl<R> Default for RawRequestCodec<R> {
+    fn default() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<R> Codec for RawRequestCodec<R>
+where
+    R: prost::Message + Send + 'static,
+{
+    type Encode = R;
     type Decode = Bytes;
-    type Encoder = tonic_prost::ProstEncoder<ExportTraceServiceResponse>;
+    type Encoder = tonic_prost::ProstEncoder<R>;
     type Decoder = BytesDecoder;
 
     fn encoder(&mut self) -> Self::Encoder {
@@ -184,7 +283,8 @@ impl Decoder for BytesDecoder {
     }
 }
 
-/// Answers the metrics and logs services until pipelines exist for them.
+/// Answers the metrics service when the receiver feeds no metrics pipeline, and the logs
+/// service.
 #[derive(Clone, Copy, Debug)]
 struct NoPipeline;
 

@@ -1,5 +1,6 @@
-//! OTLP/HTTP: `POST /v1/traces` with protobuf or JSON bodies, answered like the
-//! Collector's receiver.
+//! OTLP/HTTP: `POST /v1/traces` and `POST /v1/metrics` with protobuf or JSON bodies,
+//! answered like the Collector's receiver (`/v1/metrics` answers 404 `UNIMPLEMENTED` when
+//! the receiver feeds no metrics pipeline).
 //!
 //! - 200 with an empty `ExportTraceServiceResponse` in the request's encoding;
 //! - 400 for an undecodable body or an unknown `Content-Encoding`, 405 for a method other
@@ -20,7 +21,7 @@ use prost::Message;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::TracesIntake;
+use super::{MetricsIntake, TracesIntake};
 use crate::config::{CorsConfig, HttpServerConfig};
 use crate::error::PipelineError;
 use crate::net::{FullBody, serve_http};
@@ -61,9 +62,14 @@ pub async fn serve(
     listener: TcpListener,
     config: HttpServerConfig,
     traces: TracesIntake,
+    metrics: MetricsIntake,
     stop: watch::Receiver<bool>,
 ) {
-    let receiver = std::sync::Arc::new(HttpReceiver { config, traces });
+    let receiver = std::sync::Arc::new(HttpReceiver {
+        config,
+        traces,
+        metrics,
+    });
     let handler = move |request: http::Request<Incoming>| {
         let receiver = receiver.clone();
         async move { receiver.handle(request).await }
@@ -74,6 +80,7 @@ pub async fn serve(
 struct HttpReceiver {
     config: HttpServerConfig,
     traces: TracesIntake,
+    metrics: MetricsIntake,
 }
 
 impl HttpReceiver {
@@ -116,15 +123,24 @@ impl HttpReceiver {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
+        let metrics = signal == Some("metrics") && self.metrics.has_pipeline();
         let Some(encoding) = Encoding::from_content_type(&content_type) else {
             let error = PipelineError::UnsupportedMediaType(content_type);
-            self.traces.refuse(&[], &error);
+            if metrics {
+                self.metrics.refuse(&error);
+            } else {
+                self.traces.refuse(&[], &error);
+            }
             return error_response(&error, Encoding::Json);
         };
-        if let Some(signal) = signal {
+        let exported = if metrics {
+            self.export_metrics(request, encoding).await
+        } else if let Some(signal) = signal {
             return error_response(&PipelineError::NoPipeline(signal), encoding);
-        }
-        match self.export_traces(request, encoding).await {
+        } else {
+            self.export_traces(request, encoding).await
+        };
+        match exported {
             Ok(()) => {
                 let body = match encoding {
                     Encoding::Protobuf => Bytes::new(),
@@ -136,20 +152,36 @@ impl HttpReceiver {
         }
     }
 
-    async fn export_traces(
+    async fn export_metrics(
         &self,
         request: http::Request<Incoming>,
         encoding: Encoding,
     ) -> Result<(), PipelineError> {
+        self.metrics.admit(declared_length(&request))?;
+        let body = match self.read_body(request).await {
+            Ok(body) => body,
+            Err(error) => {
+                self.metrics.refuse(&error);
+                return Err(error);
+            }
+        };
+        let protobuf = match encoding {
+            Encoding::Protobuf => body,
+            Encoding::Json => match crate::otlp::metrics_json_to_protobuf(&body) {
+                Ok(protobuf) => Bytes::from(protobuf),
+                Err(error) => {
+                    let error = PipelineError::Malformed(error.to_string());
+                    self.metrics.refuse(&error);
+                    return Err(error);
+                }
+            },
+        };
+        self.metrics.ingest(protobuf).await.map(|_points| ())
+    }
+
+    /// Reads the body within `max_request_body_size` and undoes `Content-Encoding`.
+    async fn read_body(&self, request: http::Request<Incoming>) -> Result<Bytes, PipelineError> {
         let limit = self.config.max_request_body_size;
-        // Admission before the body is read: by its declared length when there is one.
-        let declared_length = request
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(0);
-        self.traces.admit(declared_length)?;
         let content_encoding = request
             .headers()
             .get(header::CONTENT_ENCODING)
@@ -160,16 +192,24 @@ impl HttpReceiver {
         let body = match Limited::new(request.into_body(), limit).collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(error) => {
-                let error = if error.is::<http_body_util::LengthLimitError>() {
+                return Err(if error.is::<http_body_util::LengthLimitError>() {
                     PipelineError::TooLarge { limit }
                 } else {
                     PipelineError::Malformed(format!("reading the request body: {error}"))
-                };
-                self.traces.refuse(&[], &error);
-                return Err(error);
+                });
             }
         };
-        let body = match decompress(&content_encoding, body, limit) {
+        decompress(&content_encoding, body, limit)
+    }
+
+    async fn export_traces(
+        &self,
+        request: http::Request<Incoming>,
+        encoding: Encoding,
+    ) -> Result<(), PipelineError> {
+        // Admission before the body is read: by its declared length when there is one.
+        self.traces.admit(declared_length(&request))?;
+        let body = match self.read_body(request).await {
             Ok(body) => body,
             Err(error) => {
                 self.traces.refuse(&[], &error);
@@ -221,6 +261,16 @@ impl HttpReceiver {
         }
         response
     }
+}
+
+/// The body length the client declared, or 0 (chunked bodies declare none).
+fn declared_length(request: &http::Request<Incoming>) -> usize {
+    request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0)
 }
 
 /// True when `origin` matches one of `cors.allowed_origins` (`*` wildcards allowed).

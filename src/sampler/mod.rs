@@ -61,7 +61,7 @@ use self::threshold::Threshold;
 use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
 use crate::otlp::{TraceId, TraceRequestWriter, parse_traces_request};
-use crate::pipeline::{Downstream, TraceBatch};
+use crate::pipeline::{Downstream, Payload, TraceBatch};
 
 /// The scope attribute naming the policy that kept a trace (`record_policy`).
 pub const POLICY_ATTRIBUTE: &str = "tailsampling.policy";

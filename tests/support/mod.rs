@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod metrics_sink;
 pub mod sink;
 
 use std::net::SocketAddr;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use tailgate::service::Gateway;
 
+pub use metrics_sink::MetricsSink;
 pub use sink::{HttpSink, OtlpSink, SinkBehavior};
 
 /// A gateway config whose ports are all chosen by the OS on loopback, exporting over

@@ -1,0 +1,216 @@
+//! Checks across pipelines: which signals each component takes, how connectors join
+//! pipelines, and that the pipeline graph has no cycle.
+//!
+//! The rules are the Collector's: a connector is an exporter of one pipeline and a receiver
+//! of another. `forward` joins pipelines of one signal (traces to traces, metrics to
+//! metrics); `spanmetrics` joins traces pipelines to metrics pipelines. A connector used as
+//! an exporter must be used as a receiver by a pipeline of a signal it can emit, and vice
+//! versa.
+
+use std::collections::BTreeMap;
+
+use super::error::{Problems, join};
+use super::{ComponentId, Config, ConnectorConfig, PipelineId, ProcessorConfig, Signal};
+
+/// The signal a pipeline id names, as written in messages.
+fn signal_name(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Traces => "traces",
+        Signal::Metrics => "metrics",
+        Signal::Logs => "logs",
+    }
+}
+
+/// Whether `connector` can take `from` (as an exporter) and emit `to` (as a receiver).
+pub(crate) fn connects(connector: &ConnectorConfig, from: Signal, to: Signal) -> bool {
+    match connector {
+        ConnectorConfig::Forward => from == to && from != Signal::Logs,
+        ConnectorConfig::SpanMetrics(_) => from == Signal::Traces && to == Signal::Metrics,
+    }
+}
+
+/// Records every problem of the pipeline graph of `config`.
+pub(crate) fn validate(problems: &mut Problems, config: &Config) {
+    let pipelines = &config.service.pipelines;
+    for (id, pipeline) in pipelines {
+        let path = join("service.pipelines", &id.written);
+        for processor in &pipeline.processors {
+            if id.signal != Signal::Traces
+                && matches!(
+                    config.processors.get(processor),
+                    Some(ProcessorConfig::TailSampling(_))
+                )
+            {
+                problems.add(
+                    join(&path, "processors"),
+                    format!(
+                        "{processor} samples traces and cannot run in a {} pipeline",
+                        signal_name(id.signal)
+                    ),
+                );
+            }
+        }
+        for (key, as_exporter) in [("receivers", false), ("exporters", true)] {
+            let list = if as_exporter {
+                &pipeline.exporters
+            } else {
+                &pipeline.receivers
+            };
+            for connector_id in list {
+                let Some(connector) = config.connectors.get(connector_id) else {
+                    continue;
+                };
+                check_connector_use(
+                    problems,
+                    config,
+                    &join(&path, key),
+                    (connector_id, connector),
+                    id.signal,
+                    as_exporter,
+                );
+            }
+        }
+    }
+    if let Some(cycle) = find_cycle(config) {
+        problems.add(
+            "service.pipelines",
+            format!("the pipelines form a cycle through connectors: {cycle}"),
+        );
+    }
+}
+
+/// One use of a connector in a pipeline of `signal`: the connector must take that signal
+/// in that role, and a pipeline on the other side must use it in the opposite role.
+fn check_connector_use(
+    problems: &mut Problems,
+    config: &Config,
+    path: &str,
+    (id, connector): (&ComponentId, &ConnectorConfig),
+    signal: Signal,
+    as_exporter: bool,
+) {
+    let here = signal_name(signal);
+    let role_ok = [Signal::Traces, Signal::Metrics, Signal::Logs]
+        .into_iter()
+        .any(|other| {
+            if as_exporter {
+                connects(connector, signal, other)
+            } else {
+                connects(connector, other, signal)
+            }
+        });
+    if !role_ok {
+        let what = match (connector, as_exporter) {
+            (ConnectorConfig::SpanMetrics(_), true) => {
+                "reads traces: list it under exporters of traces pipelines"
+            }
+            (ConnectorConfig::SpanMetrics(_), false) => {
+                "emits metrics: list it under receivers of metrics pipelines"
+            }
+            (ConnectorConfig::Forward, _) => "joins traces or metrics pipelines only",
+        };
+        problems.add(
+            path,
+            format!("connector {id} cannot be used in a {here} pipeline: it {what}"),
+        );
+        return;
+    }
+    let matched = config.service.pipelines.iter().any(|(other_id, other)| {
+        if as_exporter {
+            other.receivers.contains(id) && connects(connector, signal, other_id.signal)
+        } else {
+            other.exporters.contains(id) && connects(connector, other_id.signal, signal)
+        }
+    });
+    if !matched {
+        let message = if as_exporter {
+            let wanted = match connector {
+                ConnectorConfig::SpanMetrics(_) => "metrics",
+                ConnectorConfig::Forward => here,
+            };
+            format!(
+                "connector {id} is used as an exporter here but no {wanted} pipeline lists it \
+                 under receivers"
+            )
+        } else {
+            let wanted = match connector {
+                ConnectorConfig::SpanMetrics(_) => "traces",
+                ConnectorConfig::Forward => here,
+            };
+            format!(
+                "connector {id} is used as a receiver here but no {wanted} pipeline lists it \
+                 under exporters"
+            )
+        };
+        problems.add(path, message);
+    }
+}
+
+/// The pipelines that `from` feeds through its connectors.
+pub(crate) fn downstream_of<'c>(config: &'c Config, from: &PipelineId) -> Vec<&'c PipelineId> {
+    let Some(pipeline) = config.service.pipelines.get(from) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for exporter in &pipeline.exporters {
+        let Some(connector) = config.connectors.get(exporter) else {
+            continue;
+        };
+        for (to_id, to) in &config.service.pipelines {
+            if to.receivers.contains(exporter)
+                && connects(connector, from.signal, to_id.signal)
+                && !out.contains(&to_id)
+            {
+                out.push(to_id);
+            }
+        }
+    }
+    out
+}
+
+/// A cycle of pipelines joined by connectors, rendered `a -> b -> a`, if there is one.
+fn find_cycle(config: &Config) -> Option<String> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Visiting,
+        Done,
+    }
+    fn visit<'c>(
+        config: &'c Config,
+        at: &'c PipelineId,
+        marks: &mut BTreeMap<&'c PipelineId, Mark>,
+        stack: &mut Vec<&'c PipelineId>,
+    ) -> Option<String> {
+        match marks.get(at) {
+            Some(Mark::Done) => return None,
+            Some(Mark::Visiting) => {
+                let start = stack.iter().position(|id| *id == at).unwrap_or(0);
+                let mut names: Vec<&str> = stack[start..]
+                    .iter()
+                    .map(|id| id.written.as_str())
+                    .collect();
+                names.push(&at.written);
+                return Some(names.join(" -> "));
+            }
+            None => {}
+        }
+        marks.insert(at, Mark::Visiting);
+        stack.push(at);
+        for next in downstream_of(config, at) {
+            if let Some(cycle) = visit(config, next, marks, stack) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        marks.insert(at, Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    for id in config.service.pipelines.keys() {
+        let mut stack = Vec::new();
+        if let Some(cycle) = visit(config, id, &mut marks, &mut stack) {
+            return Some(cycle);
+        }
+    }
+    None
+}

@@ -1,0 +1,603 @@
+//! The `spanmetrics` connector: RED metrics from every span (DESIGN.md, decision 6).
+//!
+//! It sits at the end of the traces pipelines that list it as an exporter, before any tail
+//! sampling, so its counts are exact whatever is sampled later. For each span it reads, from
+//! the wire bytes, the name, kind, times and status code ([`crate::otlp::parse_traces_request`])
+//! and the dimension attributes ([`crate::otlp::attributes::find_attribute`], span first,
+//! then resource, then the dimension's default), and adds one call and one duration to its
+//! series. Spans whose resource has no `service.name` are skipped, as in the Collector.
+//!
+//! Every `metrics_flush_interval`, and once more when every traces pipeline feeding it has
+//! drained, [`SpanMetricsFlusher`] emits one `ExportMetricsServiceRequest` into the metrics
+//! pipelines that list the connector as a receiver: one `ResourceMetrics` per resource key,
+//! each with
+//!
+//! - `<namespace>.calls`: a monotonic cumulative Sum; errors are the points with
+//!   `status.code=STATUS_CODE_ERROR`;
+//! - `<namespace>.duration`: a cumulative explicit-bucket Histogram in `ms` (or `s`), with
+//!   exemplars when enabled;
+//!
+//! with attributes `service.name`, `span.name`, `span.kind`, `status.code` (less
+//! `exclude_dimensions`) and the configured dimensions. The resource carries the first seen
+//! resource's attributes plus `collector.instance.id`, so replicas do not collide.
+//!
+//! Memory is bounded by `aggregation_cardinality_limit`: once that many series are held, a
+//! span of a new series is counted in its resource's overflow series (attribute
+//! `otel.metric.overflow=true`) and in `tailgate_spanmetrics_overflow_total`. New resources
+//! beyond the limit share one overflow resource.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Exemplar, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum, exemplar, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::metrics::SpanMetricsMetrics;
+use crate::config::{ComponentId, HistogramUnit, SpanMetricsConfig};
+use crate::otlp::attributes::{AnyValueRef, RESOURCE_ATTRIBUTES, SPAN_ATTRIBUTES, find_attribute};
+use crate::pipeline::{BoxFuture, Consumer, MetricsBatch, MetricsSink, TraceBatch};
+
+/// The instrumentation scope of the emitted metrics, as the Collector names it.
+const SCOPE_NAME: &str = "spanmetricsconnector";
+
+/// Exemplars kept per series between two flushes.
+const MAX_EXEMPLARS: usize = 5;
+
+/// An attribute value that can key a series.
+#[derive(Clone, Debug, PartialEq)]
+enum DimValue {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    Double(f64),
+}
+
+impl Eq for DimValue {}
+
+impl Hash for DimValue {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        std::mem::discriminant(self).hash(state);
+        match self {
+            Self::Str(s) => s.hash(state),
+            Self::Int(i) => i.hash(state),
+            Self::Bool(b) => b.hash(state),
+            Self::Double(d) => d.to_bits().hash(state),
+        }
+    }
+}
+
+impl DimValue {
+    /// The value of an attribute; arrays, key-value lists and bytes key as their absence.
+    fn from_ref(value: AnyValueRef<'_>) -> Option<Self> {
+        match value {
+            AnyValueRef::String(s) => Some(Self::Str(s.to_owned())),
+            AnyValueRef::Int(i) => Some(Self::Int(i)),
+            AnyValueRef::Bool(b) => Some(Self::Bool(b)),
+            AnyValueRef::Double(d) => Some(Self::Double(d)),
+            _ => None,
+        }
+    }
+
+    fn to_any(&self) -> AnyValue {
+        let value = match self {
+            Self::Str(s) => any_value::Value::StringValue(s.clone()),
+            Self::Int(i) => any_value::Value::IntValue(*i),
+            Self::Bool(b) => any_value::Value::BoolValue(*b),
+            Self::Double(d) => any_value::Value::DoubleValue(*d),
+        };
+        AnyValue { value: Some(value) }
+    }
+}
+
+/// How a resource's series are grouped into one `ResourceMetrics`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum ResourceKey {
+    /// Every attribute: the resource's encoded bytes.
+    Whole(Bytes),
+    /// `service.name` and the `resource_metrics_key_attributes`, in order.
+    Attributes(Vec<Option<DimValue>>),
+    /// New resources beyond the cardinality limit.
+    Overflow,
+}
+
+/// What tells one series of a resource from another.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    span_name: String,
+    kind: i32,
+    status: i32,
+    dimensions: Vec<Option<DimValue>>,
+}
+
+/// One series' cumulative state.
+#[derive(Clone, Debug)]
+struct Series {
+    start_time_unix_nano: u64,
+    calls: u64,
+    bucket_counts: Vec<u64>,
+    sum: f64,
+    exemplars: Vec<Exemplar>,
+}
+
+impl Series {
+    fn new(now: u64, buckets: usize) -> Self {
+        Self {
+            start_time_unix_nano: now,
+            calls: 0,
+            bucket_counts: vec![0; buckets],
+            sum: 0.0,
+            exemplars: Vec::new(),
+        }
+    }
+}
+
+struct ResourceEntry {
+    service_name: String,
+    attributes: Vec<KeyValue>,
+    series: HashMap<SeriesKey, Series>,
+    overflow: Option<Series>,
+}
+
+/// The aggregation state: every series of every resource.
+pub(crate) struct Aggregator {
+    config: SpanMetricsConfig,
+    /// Bucket bounds in the histogram unit.
+    bounds: Vec<f64>,
+    /// Nanoseconds per histogram unit.
+    unit_nanos: f64,
+    instance_id: String,
+    resources: HashMap<ResourceKey, ResourceEntry>,
+    series_count: usize,
+    metrics: SpanMetricsMetrics,
+}
+
+fn now_unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn string_kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.to_owned())),
+        }),
+        key_strindex: 0,
+    }
+}
+
+impl Aggregator {
+    pub(crate) fn new(config: SpanMetricsConfig, metrics: SpanMetricsMetrics) -> Self {
+        let unit_nanos = match config.histogram_unit {
+            HistogramUnit::Milliseconds => 1e6,
+            HistogramUnit::Seconds => 1e9,
+        };
+        let bounds = config
+            .histogram_buckets
+            .iter()
+            .map(|bound| bound.as_nanos() as f64 / unit_nanos)
+            .collect();
+        let instance_id = format!("{:032x}", rand::random::<u128>());
+        Self {
+            config,
+            bounds,
+            unit_nanos,
+            instance_id,
+            resources: HashMap::new(),
+            series_count: 0,
+            metrics,
+        }
+    }
+
+    fn limit(&self) -> usize {
+        self.config
+            .aggregation_cardinality_limit
+            .map_or(usize::MAX, |limit| limit.get())
+    }
+
+    /// Adds every span of a validated request.
+    pub(crate) fn record(&mut self, request: &Bytes) {
+        let Ok(resources) = crate::otlp::parse_traces_request(request) else {
+            // The receiver validated these bytes: a failure here is a bug, not the client's.
+            tracing::error!(event = "spanmetrics.unparsable_batch");
+            return;
+        };
+        let now = now_unix_nanos();
+        let mut overflowed = 0u64;
+        for resource in resources {
+            let service_name =
+                match find_attribute(&resource.resource, RESOURCE_ATTRIBUTES, "service.name") {
+                    Some(AnyValueRef::String(name)) => name.to_owned(),
+                    _ => continue,
+                };
+            let key = self.resource_key(&resource.resource, &service_name);
+            let key = if self.resources.contains_key(&key) || self.series_count < self.limit() {
+                key
+            } else {
+                ResourceKey::Overflow
+            };
+            if !self.resources.contains_key(&key) {
+                let entry = self.new_resource(&key, &resource.resource, &service_name);
+                self.resources.insert(key.clone(), entry);
+            }
+            for scope in &resource.scope_spans {
+                for span in &scope.spans {
+                    let series_key = SeriesKey {
+                        span_name: String::from_utf8_lossy(&span.name).into_owned(),
+                        kind: span.kind,
+                        status: span.status_code,
+                        dimensions: self
+                            .config
+                            .dimensions
+                            .iter()
+                            .map(|dimension| {
+                                find_attribute(&span.bytes, SPAN_ATTRIBUTES, &dimension.name)
+                                    .or_else(|| {
+                                        find_attribute(
+                                            &resource.resource,
+                                            RESOURCE_ATTRIBUTES,
+                                            &dimension.name,
+                                        )
+                                    })
+                                    .and_then(DimValue::from_ref)
+                                    .or_else(|| dimension.default.clone().map(DimValue::Str))
+                            })
+                            .collect(),
+                    };
+                    let value = span
+                        .end_time_unix_nano
+                        .saturating_sub(span.start_time_unix_nano)
+                        as f64
+                        / self.unit_nanos;
+                    let exemplar = self.config.exemplars_enabled.then(|| Exemplar {
+                        filtered_attributes: Vec::new(),
+                        time_unix_nano: span.end_time_unix_nano,
+                        span_id: span.span_id.as_bytes().to_vec(),
+                        trace_id: span.trace_id.as_bytes().to_vec(),
+                        value: Some(exemplar::Value::AsDouble(value)),
+                    });
+                    let bucket = self.bounds.partition_point(|bound| *bound < value);
+                    let buckets = self.bounds.len() + 1;
+                    let limit = self.limit();
+                    let at_limit = self.series_count >= limit;
+                    let Some(entry) = self.resources.get_mut(&key) else {
+                        continue;
+                    };
+                    let exists = entry.series.contains_key(&series_key);
+                    let series = if exists || (!at_limit && key != ResourceKey::Overflow) {
+                        if !exists {
+                            self.series_count += 1;
+                        }
+                        entry
+                            .series
+                            .entry(series_key)
+                            .or_insert_with(|| Series::new(now, buckets))
+                    } else {
+                        overflowed += 1;
+                        entry
+                            .overflow
+                            .get_or_insert_with(|| Series::new(now, buckets))
+                    };
+                    series.calls += 1;
+                    series.sum += value;
+                    if let Some(count) = series.bucket_counts.get_mut(bucket) {
+                        *count += 1;
+                    }
+                    if let Some(exemplar) = exemplar {
+                        if series.exemplars.len() >= MAX_EXEMPLARS {
+                            series.exemplars.remove(0);
+                        }
+                        series.exemplars.push(exemplar);
+                    }
+                }
+            }
+        }
+        if overflowed > 0 {
+            self.metrics.record_overflow(overflowed);
+        }
+    }
+
+    fn resource_key(&self, resource: &Bytes, service_name: &str) -> ResourceKey {
+        if self.config.resource_metrics_key_attributes.is_empty() {
+            return ResourceKey::Whole(resource.clone());
+        }
+        let mut values = Vec::with_capacity(1 + self.config.resource_metrics_key_attributes.len());
+        values.push(Some(DimValue::Str(service_name.to_owned())));
+        for name in &self.config.resource_metrics_key_attributes {
+            values.push(
+                find_attribute(resource, RESOURCE_ATTRIBUTES, name).and_then(DimValue::from_ref),
+            );
+        }
+        ResourceKey::Attributes(values)
+    }
+
+    fn new_resource(
+        &self,
+        key: &ResourceKey,
+        resource: &Bytes,
+        service_name: &str,
+    ) -> ResourceEntry {
+        let mut attributes = if *key == ResourceKey::Overflow {
+            Vec::new()
+        } else {
+            Resource::decode(resource.clone())
+                .map(|r| r.attributes)
+                .unwrap_or_default()
+        };
+        attributes.push(string_kv("collector.instance.id", &self.instance_id));
+        ResourceEntry {
+            service_name: if *key == ResourceKey::Overflow {
+                String::new()
+            } else {
+                service_name.to_owned()
+            },
+            attributes,
+            series: HashMap::new(),
+            overflow: None,
+        }
+    }
+
+    fn name(&self, metric: &str) -> String {
+        if self.config.namespace.is_empty() {
+            metric.to_owned()
+        } else {
+            format!("{}.{metric}", self.config.namespace)
+        }
+    }
+
+    fn wants(&self, dimension: &str) -> bool {
+        !self
+            .config
+            .exclude_dimensions
+            .iter()
+            .any(|d| d == dimension)
+    }
+
+    /// The cumulative state of every series as one request and its data point count, or
+    /// `None` when nothing has been recorded yet. Exemplars are emitted once and cleared.
+    pub(crate) fn snapshot(&mut self, now: u64) -> Option<(ExportMetricsServiceRequest, usize)> {
+        let mut points = 0;
+        let mut resource_metrics = Vec::with_capacity(self.resources.len());
+        let calls_name = self.name("calls");
+        let duration_name = self.name("duration");
+        let unit = match self.config.histogram_unit {
+            HistogramUnit::Milliseconds => "ms",
+            HistogramUnit::Seconds => "s",
+        };
+        let dimension_names: Vec<String> = self
+            .config
+            .dimensions
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
+        let wants = [
+            self.wants("service.name"),
+            self.wants("span.name"),
+            self.wants("span.kind"),
+            self.wants("status.code"),
+        ];
+        let histogram = !self.config.histogram_disabled;
+        let bounds = self.bounds.clone();
+        for entry in self.resources.values_mut() {
+            let mut sums = Vec::with_capacity(entry.series.len() + 1);
+            let mut histograms = Vec::with_capacity(entry.series.len() + 1);
+            let mut emit = |attributes: Vec<KeyValue>, series: &mut Series| {
+                sums.push(NumberDataPoint {
+                    attributes: attributes.clone(),
+                    start_time_unix_nano: series.start_time_unix_nano,
+                    time_unix_nano: now,
+                    exemplars: Vec::new(),
+                    flags: 0,
+                    value: Some(number_data_point::Value::AsInt(
+                        i64::try_from(series.calls).unwrap_or(i64::MAX),
+                    )),
+                });
+                let exemplars = std::mem::take(&mut series.exemplars);
+                if histogram {
+                    histograms.push(HistogramDataPoint {
+                        attributes,
+                        start_time_unix_nano: series.start_time_unix_nano,
+                        time_unix_nano: now,
+                        count: series.calls,
+                        sum: Some(series.sum),
+                        bucket_counts: series.bucket_counts.clone(),
+                        explicit_bounds: bounds.clone(),
+                        exemplars,
+                        flags: 0,
+                        min: None,
+                        max: None,
+                    });
+                }
+            };
+            for (key, series) in entry.series.iter_mut() {
+                let mut attributes = Vec::with_capacity(4 + key.dimensions.len());
+                if wants[0] {
+                    attributes.push(string_kv("service.name", &entry.service_name));
+                }
+                if wants[1] {
+                    attributes.push(string_kv("span.name", &key.span_name));
+                }
+                if wants[2] {
+                    let kind = SpanKind::try_from(key.kind)
+                        .map_or("SPAN_KIND_UNSPECIFIED", |kind| kind.as_str_name());
+                    attributes.push(string_kv("span.kind", kind));
+                }
+                if wants[3] {
+                    let status = StatusCode::try_from(key.status)
+                        .map_or("STATUS_CODE_UNSET", |code| code.as_str_name());
+                    attributes.push(string_kv("status.code", status));
+                }
+                for (name, value) in dimension_names.iter().zip(&key.dimensions) {
+                    if let Some(value) = value {
+                        attributes.push(KeyValue {
+                            key: name.clone(),
+                            value: Some(value.to_any()),
+                            key_strindex: 0,
+                        });
+                    }
+                }
+                emit(attributes, series);
+            }
+            if let Some(series) = entry.overflow.as_mut() {
+                let attributes = vec![KeyValue {
+                    key: "otel.metric.overflow".to_owned(),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::BoolValue(true)),
+                    }),
+                    key_strindex: 0,
+                }];
+                emit(attributes, series);
+            }
+            if sums.is_empty() {
+                continue;
+            }
+            points += sums.len() + histograms.len();
+            let mut metrics = vec![Metric {
+                name: calls_name.clone(),
+                description: String::new(),
+                unit: String::new(),
+                metadata: Vec::new(),
+                data: Some(metric::Data::Sum(Sum {
+                    data_points: sums,
+                    aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    is_monotonic: true,
+                })),
+            }];
+            if histogram {
+                metrics.push(Metric {
+                    name: duration_name.clone(),
+                    description: String::new(),
+                    unit: unit.to_owned(),
+                    metadata: Vec::new(),
+                    data: Some(metric::Data::Histogram(Histogram {
+                        data_points: histograms,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                    })),
+                });
+            }
+            resource_metrics.push(ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: entry.attributes.clone(),
+                    dropped_attributes_count: 0,
+                    entity_refs: Vec::new(),
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(InstrumentationScope {
+                        name: SCOPE_NAME.to_owned(),
+                        version: crate::telemetry::VERSION.to_owned(),
+                        attributes: Vec::new(),
+                        dropped_attributes_count: 0,
+                    }),
+                    metrics,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            });
+        }
+        self.metrics.set_series(self.series_count);
+        if resource_metrics.is_empty() {
+            return None;
+        }
+        Some((ExportMetricsServiceRequest { resource_metrics }, points))
+    }
+}
+
+/// The handle traces pipelines export to; cheap to share. When every handle is dropped
+/// (the traces pipelines feeding the connector have drained), the flusher emits a last
+/// time and ends.
+pub struct SpanMetricsConnector {
+    state: Arc<Mutex<Aggregator>>,
+    _alive: mpsc::Sender<()>,
+}
+
+impl Consumer<TraceBatch> for SpanMetricsConnector {
+    fn consume(&self, batch: TraceBatch) -> BoxFuture<'_, ()> {
+        // A std mutex: held for one batch's aggregation, never across an await.
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.record(&batch.request);
+        drop(state);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Emits the connector's metrics into its metrics pipelines; run it as a task.
+pub struct SpanMetricsFlusher {
+    id: ComponentId,
+    state: Arc<Mutex<Aggregator>>,
+    interval: Duration,
+    sink: MetricsSink,
+    upstream_closed: mpsc::Receiver<()>,
+}
+
+impl SpanMetricsFlusher {
+    /// Starts connector `id`: the handle for the traces pipelines, and the flusher feeding
+    /// `sink` (the inputs of the metrics pipelines that list the connector as a receiver).
+    pub fn start(
+        id: &ComponentId,
+        config: &SpanMetricsConfig,
+        metrics: SpanMetricsMetrics,
+        sink: MetricsSink,
+    ) -> (SpanMetricsConnector, Self) {
+        let state = Arc::new(Mutex::new(Aggregator::new(config.clone(), metrics)));
+        let (alive, upstream_closed) = mpsc::channel(1);
+        (
+            SpanMetricsConnector {
+                state: state.clone(),
+                _alive: alive,
+            },
+            Self {
+                id: id.clone(),
+                state,
+                interval: config.metrics_flush_interval,
+                sink,
+                upstream_closed,
+            },
+        )
+    }
+
+    /// Flushes every interval until the traces pipelines feeding the connector have
+    /// drained, then flushes once more and returns (dropping its entry into the metrics
+    /// pipelines, which may then drain).
+    pub async fn run(mut self) {
+        let mut ticker = tokio::time::interval_at(Instant::now() + self.interval, self.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => self.flush().await,
+                closed = self.upstream_closed.recv() => {
+                    if closed.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+        self.flush().await;
+        tracing::debug!(event = "spanmetrics.stopped", connector = %self.id);
+    }
+
+    async fn flush(&self) {
+        let snapshot = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.snapshot(now_unix_nanos())
+        };
+        let Some((request, points)) = snapshot else {
+            return;
+        };
+        let batch = MetricsBatch::new(Bytes::from(request.encode_to_vec()), points);
+        self.sink.deliver(&self.id, batch).await;
+    }
+}
