@@ -54,6 +54,8 @@ impl Section {
                 ("otlphttp", "otlp_http"),
                 ("otlp_http", "otlp_http"),
                 ("debug", "debug"),
+                ("prometheusremotewrite", "prometheusremotewrite"),
+                ("prometheus_remote_write", "prometheusremotewrite"),
             ],
             Section::Connectors => &[],
             Section::Extensions => &[("health_check", "health_check")],

@@ -54,6 +54,7 @@ mod error;
 mod expand;
 mod fields;
 mod ids;
+mod remote_write;
 mod render;
 mod service;
 mod tail_sampling;

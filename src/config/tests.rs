@@ -492,7 +492,7 @@ service:
             "receivers.jaeger: unknown receiver type \"jaeger\" (known: otlp)",
             "processors.filter/x: unknown processor type \"filter\" (known: batch, tail_sampling)",
             "processors.memory_limiter: processor type \"memory_limiter\" is not supported yet by this version of tailgate; remove it",
-            "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug)",
+            "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug, prometheusremotewrite, prometheus_remote_write)",
             "connectors.spanmetrics: connector type \"spanmetrics\" is not supported yet by this version of tailgate; remove it",
             "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check)",
         ]

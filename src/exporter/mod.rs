@@ -19,6 +19,7 @@ mod metrics;
 mod otlp_grpc;
 mod otlp_http;
 mod queue;
+pub mod remote_write;
 mod retry;
 mod tls;
 mod transport;
@@ -68,6 +69,14 @@ pub enum ExporterError {
     Tls {
         /// What is wrong, including the file concerned.
         reason: String,
+    },
+    /// The exporter does not carry this signal (e.g. a metrics exporter asked for traces).
+    #[error("exporter {exporter:?} does not export {signal}")]
+    WrongSignal {
+        /// The exporter id as written.
+        exporter: String,
+        /// The signal it was asked to carry.
+        signal: &'static str,
     },
 }
 
@@ -192,6 +201,12 @@ impl TracesExporter {
                         metrics,
                         closed: Arc::new(closed),
                     },
+                });
+            }
+            ExporterConfig::PrometheusRemoteWrite(_) => {
+                return Err(ExporterError::WrongSignal {
+                    exporter,
+                    signal: "traces",
                 });
             }
             ExporterConfig::OtlpGrpc(otlp) => (
