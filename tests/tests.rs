@@ -3,6 +3,7 @@
 mod bad_input;
 mod cli;
 mod export_retry;
+mod remote_write;
 mod sampling;
 mod sdk_e2e;
 mod shutdown;
