@@ -81,15 +81,7 @@ pub(crate) fn section<T>(
         if ids::canonical(section, written_kind).is_some() {
             let settings = read(problems, &id, &id_path, Some(value));
             typed.components.insert(id, settings);
-        } else if section == Section::Exporters && section.reserved().contains(&written_kind) {
-            problems.add(
-                id_path,
-                format!(
-                    "exporter type {written_kind:?} is not built into this binary yet; remove it \
-                     (or export metrics with otlp / otlphttp meanwhile)"
-                ),
-            );
-        } else if section.reserved().contains(&written_kind) || section == Section::Connectors {
+        } else if section == Section::Connectors {
             problems.add(
                 id_path,
                 format!(
@@ -378,6 +370,9 @@ pub(crate) fn exporter(
     match id.kind.as_str() {
         "otlp_http" => ExporterConfig::OtlpHttp(otlp_exporter(problems, path, value, true)),
         "debug" => ExporterConfig::Debug(debug_exporter(problems, path, value)),
+        "prometheusremotewrite" => ExporterConfig::PrometheusRemoteWrite(
+            super::remote_write::exporter(problems, path, value),
+        ),
         _ => ExporterConfig::OtlpGrpc(otlp_exporter(problems, path, value, false)),
     }
 }
@@ -502,7 +497,7 @@ fn otlp_exporter(
 }
 
 /// `tls`. An empty file name is the same as none, so `${env:CA_FILE}` may be left unset.
-fn tls_client(problems: &mut Problems, exporter: &Fields<'_>) -> TlsClientConfig {
+pub(crate) fn tls_client(problems: &mut Problems, exporter: &Fields<'_>) -> TlsClientConfig {
     let tls = exporter.child(
         problems,
         "tls",
@@ -608,8 +603,18 @@ fn sending_queue(problems: &mut Problems, exporter: &Fields<'_>) -> QueueConfig 
     }
 }
 
-/// `retry_on_failure`. As in the Collector, the ranges are checked only when enabled.
+/// `retry_on_failure` of the OTLP exporters.
 fn retry(problems: &mut Problems, exporter: &Fields<'_>) -> RetryConfig {
+    retry_with(problems, exporter, &defaults::EXPORTER_RETRY)
+}
+
+/// `retry_on_failure` with the given defaults. As in the Collector, the ranges are checked
+/// only when enabled.
+pub(crate) fn retry_with(
+    problems: &mut Problems,
+    exporter: &Fields<'_>,
+    default: &RetryConfig,
+) -> RetryConfig {
     let retry = exporter.child(
         problems,
         "retry_on_failure",
@@ -626,24 +631,24 @@ fn retry(problems: &mut Problems, exporter: &Fields<'_>) -> RetryConfig {
     let config = RetryConfig {
         enabled: retry
             .boolean(problems, "enabled")
-            .unwrap_or(defaults::RETRY_ENABLED),
+            .unwrap_or(default.enabled),
         initial_interval: retry
             .duration(problems, "initial_interval")
-            .unwrap_or(defaults::RETRY_INITIAL_INTERVAL),
+            .unwrap_or(default.initial_interval),
         max_interval: retry
             .duration(problems, "max_interval")
-            .unwrap_or(defaults::RETRY_MAX_INTERVAL),
+            .unwrap_or(default.max_interval),
         max_elapsed_time: match retry.duration(problems, "max_elapsed_time") {
-            None => Some(defaults::RETRY_MAX_ELAPSED_TIME),
+            None => default.max_elapsed_time,
             Some(Duration::ZERO) => None,
             Some(limit) => Some(limit),
         },
         multiplier: retry
             .float(problems, "multiplier")
-            .unwrap_or(defaults::RETRY_MULTIPLIER),
+            .unwrap_or(default.multiplier),
         randomization_factor: retry
             .float(problems, "randomization_factor")
-            .unwrap_or(defaults::RETRY_RANDOMIZATION_FACTOR),
+            .unwrap_or(default.randomization_factor),
     };
     if config.enabled {
         if config.initial_interval.is_zero() {
@@ -776,7 +781,7 @@ pub(crate) fn positive_duration(
     Some(duration)
 }
 
-fn at_least_one(
+pub(crate) fn at_least_one(
     problems: &mut Problems,
     fields: &Fields<'_>,
     key: &str,

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use crate::config::RetryConfig;
+
 const MIB: usize = 1024 * 1024;
 
 /// `receivers.otlp.protocols.grpc.endpoint`. The Collector defaults to `localhost:4317`.
@@ -109,6 +111,52 @@ pub(crate) const RETRY_MULTIPLIER: f64 = 1.5;
 
 /// `exporters.<otlp>.retry_on_failure.randomization_factor`.
 pub(crate) const RETRY_RANDOMIZATION_FACTOR: f64 = 0.5;
+
+/// `exporters.<otlp>.retry_on_failure`, all of it.
+pub(crate) const EXPORTER_RETRY: RetryConfig = RetryConfig {
+    enabled: RETRY_ENABLED,
+    initial_interval: RETRY_INITIAL_INTERVAL,
+    max_interval: RETRY_MAX_INTERVAL,
+    max_elapsed_time: Some(RETRY_MAX_ELAPSED_TIME),
+    multiplier: RETRY_MULTIPLIER,
+    randomization_factor: RETRY_RANDOMIZATION_FACTOR,
+};
+
+/// `exporters.prometheusremotewrite.retry_on_failure`: the Collector's factory defaults for
+/// this exporter (`initial_interval` 50ms, `max_interval` 200ms, `max_elapsed_time` 1m).
+/// `max_elapsed_time` must stay bounded: Prometheus answers 500 to some permanent errors
+/// (duplicate label names, native histograms disabled), which would block a shard forever.
+pub(crate) const REMOTE_WRITE_RETRY: RetryConfig = RetryConfig {
+    enabled: true,
+    initial_interval: Duration::from_millis(50),
+    max_interval: Duration::from_millis(200),
+    max_elapsed_time: Some(Duration::from_secs(60)),
+    multiplier: RETRY_MULTIPLIER,
+    randomization_factor: RETRY_RANDOMIZATION_FACTOR,
+};
+
+/// `exporters.prometheusremotewrite.timeout`, per attempt.
+pub(crate) const REMOTE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `exporters.prometheusremotewrite.max_batch_size_bytes`.
+pub(crate) const REMOTE_WRITE_MAX_BATCH_SIZE_BYTES: usize = 3_000_000;
+
+/// `exporters.prometheusremotewrite.remote_write_queue.enabled`.
+pub(crate) const REMOTE_WRITE_QUEUE_ENABLED: bool = true;
+
+/// `exporters.prometheusremotewrite.remote_write_queue.queue_size`, in requests (each one
+/// export call's series for one shard).
+pub(crate) const REMOTE_WRITE_QUEUE_SIZE: usize = 10_000;
+
+/// `exporters.prometheusremotewrite.remote_write_queue.num_consumers`: the number of
+/// shards, each one in-order sender.
+pub(crate) const REMOTE_WRITE_NUM_CONSUMERS: usize = 5;
+
+/// `exporters.prometheusremotewrite.target_info.enabled`.
+pub(crate) const REMOTE_WRITE_TARGET_INFO: bool = true;
+
+/// `exporters.prometheusremotewrite.add_metric_suffixes`.
+pub(crate) const REMOTE_WRITE_ADD_METRIC_SUFFIXES: bool = true;
 
 /// `exporters.debug.verbosity`.
 pub(crate) const DEBUG_VERBOSITY: crate::config::Verbosity = crate::config::Verbosity::Basic;

@@ -58,6 +58,8 @@ impl Section {
                 ("otlphttp", "otlp_http"),
                 ("otlp_http", "otlp_http"),
                 ("debug", "debug"),
+                ("prometheusremotewrite", "prometheusremotewrite"),
+                ("prometheus_remote_write", "prometheusremotewrite"),
             ],
             Section::Connectors => &[
                 ("forward", "forward"),
@@ -65,14 +67,6 @@ impl Section {
                 ("span_metrics", "spanmetrics"),
             ],
             Section::Extensions => &[("health_check", "health_check")],
-        }
-    }
-
-    /// Collector types that tailgate will implement but does not yet.
-    pub(crate) fn reserved(self) -> &'static [&'static str] {
-        match self {
-            Section::Exporters => &["prometheusremotewrite", "prometheus_remote_write"],
-            _ => &[],
         }
     }
 }

@@ -57,6 +57,7 @@ mod fields;
 mod graph;
 mod ids;
 mod memory_limiter;
+mod remote_write;
 mod render;
 mod service;
 mod tail_sampling;

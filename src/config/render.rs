@@ -6,8 +6,8 @@ use super::duration;
 use super::{
     ComponentId, Compression, Config, ConnectorConfig, ExporterConfig, ExtensionConfig,
     HistogramUnit, LogEncoding, LogLevel, MemoryAmount, OtlpExporterConfig, PolicyConfig,
-    PolicyKind, ProcessorConfig, ReceiverConfig, SpanMetricsConfig, StatusCodeName,
-    TailSamplingConfig, Verbosity,
+    PolicyKind, ProcessorConfig, ReceiverConfig, RemoteWriteConfig, RemoteWriteMessage,
+    RetryConfig, SpanMetricsConfig, StatusCodeName, TailSamplingConfig, TlsClientConfig, Verbosity,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -104,6 +104,7 @@ pub fn render(config: &Config) -> String {
                 };
                 out.plain(2, "verbosity", verbosity);
             }
+            ExporterConfig::PrometheusRemoteWrite(rw) => remote_write_exporter(&mut out, rw),
         }
     }
 
@@ -457,7 +458,24 @@ fn otlp_exporter(out: &mut Out, otlp: &OtlpExporterConfig, http: bool) {
     if http && let Some(traces) = &otlp.traces_endpoint {
         out.string(2, "traces_endpoint", traces);
     }
-    let tls = &otlp.tls;
+    render_tls(out, &otlp.tls);
+    string_map(out, "headers", &otlp.headers);
+    let compression = match otlp.compression {
+        Compression::None => "none",
+        Compression::Gzip => "gzip",
+        Compression::Zstd => "zstd",
+    };
+    out.plain(2, "compression", compression);
+    out.plain(2, "timeout", duration::format(otlp.timeout));
+    let queue = &otlp.sending_queue;
+    out.line(2, "sending_queue:");
+    out.plain(3, "enabled", queue.enabled);
+    out.plain(3, "queue_size", queue.queue_size);
+    out.plain(3, "num_consumers", queue.num_consumers);
+    render_retry(out, &otlp.retry_on_failure);
+}
+
+fn render_tls(out: &mut Out, tls: &TlsClientConfig) {
     out.line(2, "tls:");
     out.plain(3, "insecure", tls.insecure);
     out.plain(3, "insecure_skip_verify", tls.insecure_skip_verify);
@@ -473,27 +491,20 @@ fn otlp_exporter(out: &mut Out, otlp: &OtlpExporterConfig, http: bool) {
     if let Some(name) = &tls.server_name_override {
         out.string(3, "server_name_override", name);
     }
-    if otlp.headers.is_empty() {
-        out.line(2, "headers: {}");
+}
+
+fn string_map(out: &mut Out, key: &str, map: &std::collections::BTreeMap<String, String>) {
+    if map.is_empty() {
+        out.line(2, &format!("{key}: {{}}"));
     } else {
-        out.line(2, "headers:");
-        for (name, value) in &otlp.headers {
+        out.line(2, &format!("{key}:"));
+        for (name, value) in map {
             out.string_with_key(3, name, value);
         }
     }
-    let compression = match otlp.compression {
-        Compression::None => "none",
-        Compression::Gzip => "gzip",
-        Compression::Zstd => "zstd",
-    };
-    out.plain(2, "compression", compression);
-    out.plain(2, "timeout", duration::format(otlp.timeout));
-    let queue = &otlp.sending_queue;
-    out.line(2, "sending_queue:");
-    out.plain(3, "enabled", queue.enabled);
-    out.plain(3, "queue_size", queue.queue_size);
-    out.plain(3, "num_consumers", queue.num_consumers);
-    let retry = &otlp.retry_on_failure;
+}
+
+fn render_retry(out: &mut Out, retry: &RetryConfig) {
     out.line(2, "retry_on_failure:");
     out.plain(3, "enabled", retry.enabled);
     out.plain(
@@ -516,6 +527,33 @@ fn otlp_exporter(out: &mut Out, otlp: &OtlpExporterConfig, http: bool) {
         "randomization_factor",
         format!("{:?}", retry.randomization_factor),
     );
+}
+
+fn remote_write_exporter(out: &mut Out, rw: &RemoteWriteConfig) {
+    out.string(2, "endpoint", &rw.endpoint);
+    string_map(out, "headers", &rw.headers);
+    out.plain(2, "timeout", duration::format(rw.timeout));
+    render_tls(out, &rw.tls);
+    out.string(2, "namespace", &rw.namespace);
+    string_map(out, "external_labels", &rw.external_labels);
+    out.line(2, "resource_to_telemetry_conversion:");
+    out.plain(3, "enabled", rw.resource_to_telemetry_conversion);
+    out.line(2, "target_info:");
+    out.plain(3, "enabled", rw.target_info);
+    out.plain(2, "add_metric_suffixes", rw.add_metric_suffixes);
+    out.plain(2, "send_metadata", rw.send_metadata);
+    out.plain(2, "max_batch_size_bytes", rw.max_batch_size_bytes);
+    let queue = &rw.remote_write_queue;
+    out.line(2, "remote_write_queue:");
+    out.plain(3, "enabled", queue.enabled);
+    out.plain(3, "queue_size", queue.queue_size);
+    out.plain(3, "num_consumers", queue.num_consumers);
+    render_retry(out, &rw.retry_on_failure);
+    let message = match rw.protobuf_message {
+        RemoteWriteMessage::V1 => super::remote_write::MESSAGE_V1,
+    };
+    out.string(2, "protobuf_message", message);
+    out.plain(2, "compression", "snappy");
 }
 
 /// A YAML writer for the few shapes the configuration has.

@@ -143,6 +143,20 @@ fn pipelines(
                 (Section::Connectors, declared.connectors),
             ],
         );
+        if signal == Signal::Traces {
+            for id in exporters
+                .iter()
+                .filter(|id| id.kind == "prometheusremotewrite")
+            {
+                problems.add(
+                    pipeline.key_path("exporters"),
+                    format!(
+                        "{:?} exports metrics only and cannot be in a traces pipeline",
+                        id.written
+                    ),
+                );
+            }
+        }
         for (key, list) in [("receivers", &receivers), ("exporters", &exporters)] {
             if list.is_empty() && pipeline.value(key).is_none_or(is_empty_seq) {
                 problems.add(

@@ -521,7 +521,6 @@ processors:
   filter/x:
 exporters:
   kafka/out:
-  prometheusremotewrite:
 connectors:
   count:
 extensions:
@@ -535,8 +534,7 @@ service:
         [
             "receivers.jaeger: unknown receiver type \"jaeger\" (known: otlp)",
             "processors.filter/x: unknown processor type \"filter\" (known: batch, memory_limiter, tail_sampling)",
-            "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug)",
-            "exporters.prometheusremotewrite: exporter type \"prometheusremotewrite\" is not built into this binary yet; remove it (or export metrics with otlp / otlphttp meanwhile)",
+            "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug, prometheusremotewrite, prometheus_remote_write)",
             "connectors.count: connector type \"count\" is not supported yet by this version of tailgate; remove it",
             "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check)",
         ]

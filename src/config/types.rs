@@ -353,6 +353,56 @@ pub enum ExporterConfig {
     OtlpHttp(OtlpExporterConfig),
     /// `debug`.
     Debug(DebugExporterConfig),
+    /// `prometheusremotewrite` / `prometheus_remote_write` (metrics only).
+    PrometheusRemoteWrite(RemoteWriteConfig),
+}
+
+/// `exporters.prometheusremotewrite`: OTLP metrics to a Prometheus remote-write endpoint.
+///
+/// Keys and defaults are the Collector's `prometheusremotewriteexporter`, except
+/// `retry_on_failure`, whose `max_elapsed_time` is always bounded by default (Prometheus
+/// answers 500 to some permanent errors, which would otherwise be retried forever).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteWriteConfig {
+    /// `endpoint`: the remote-write URL, e.g. `http://prometheus:9090/api/v1/write`.
+    pub endpoint: String,
+    /// `headers`, sent with every request. The remote-write headers (`Content-Encoding`,
+    /// `Content-Type`, `X-Prometheus-Remote-Write-Version`, `User-Agent`) cannot be set.
+    pub headers: BTreeMap<String, String>,
+    /// `timeout` per attempt (default 5s).
+    pub timeout: Duration,
+    /// `tls`.
+    pub tls: TlsClientConfig,
+    /// `namespace` (default empty): prefix of every metric name, `<namespace>_`.
+    pub namespace: String,
+    /// `external_labels`: added to every series that does not already have the label.
+    pub external_labels: BTreeMap<String, String>,
+    /// `resource_to_telemetry_conversion.enabled` (default false): every resource attribute
+    /// becomes a label of every series of that resource (where absent).
+    pub resource_to_telemetry_conversion: bool,
+    /// `target_info.enabled` (default true): one `target_info` series per resource.
+    pub target_info: bool,
+    /// `add_metric_suffixes` (default true): unit and type suffixes (`_seconds`, `_total`,
+    /// `_ratio`) on metric names.
+    pub add_metric_suffixes: bool,
+    /// `send_metadata` (default false): send each metric family's type, help and unit.
+    pub send_metadata: bool,
+    /// `max_batch_size_bytes` (default 3000000): requests are split above this encoded
+    /// (uncompressed) size.
+    pub max_batch_size_bytes: NonZeroUsize,
+    /// `remote_write_queue`.
+    pub remote_write_queue: QueueConfig,
+    /// `retry_on_failure` (defaults: 50ms initial, 200ms max interval, 1m max elapsed).
+    pub retry_on_failure: RetryConfig,
+    /// `protobuf_message` (default `prometheus.WriteRequest`).
+    pub protobuf_message: RemoteWriteMessage,
+}
+
+/// `protobuf_message` of the remote-write exporter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteWriteMessage {
+    /// `prometheus.WriteRequest`: remote-write 1.0.
+    V1,
 }
 
 /// `exporters.otlp` and `exporters.otlphttp`: one shape, two transports.

@@ -23,6 +23,7 @@ mod metrics;
 mod otlp_grpc;
 mod otlp_http;
 mod queue;
+pub mod remote_write;
 mod retry;
 mod tls;
 mod transport;
@@ -72,6 +73,14 @@ pub enum ExporterError {
     Tls {
         /// What is wrong, including the file concerned.
         reason: String,
+    },
+    /// The exporter does not carry this signal (e.g. a metrics exporter asked for traces).
+    #[error("exporter {exporter:?} does not export {signal}")]
+    WrongSignal {
+        /// The exporter id as written.
+        exporter: String,
+        /// The signal it was asked to carry.
+        signal: &'static str,
     },
 }
 
@@ -235,6 +244,12 @@ impl<P: Payload> SignalExporter<P> {
                         metrics,
                         closed: Arc::new(closed),
                     },
+                });
+            }
+            ExporterConfig::PrometheusRemoteWrite(_) => {
+                return Err(ExporterError::WrongSignal {
+                    exporter,
+                    signal: "traces",
                 });
             }
             ExporterConfig::OtlpGrpc(otlp) => (
@@ -486,10 +501,8 @@ pub enum MetricsExporter {
     /// `otlp` / `otlp_grpc`, `otlphttp` / `otlp_http` (`MetricsService/Export`,
     /// `/v1/metrics` or `metrics_endpoint`) and `debug`.
     Otlp(SignalExporter<MetricsBatch>),
-    // === prometheusremotewrite ===
-    // Plugged in at merge:
-    //     /// `prometheusremotewrite` / `prometheus_remote_write`.
-    //     RemoteWrite(remote_write::RemoteWriteExporter),
+    /// `prometheusremotewrite` / `prometheus_remote_write`.
+    RemoteWrite(remote_write::RemoteWriteExporter),
 }
 
 impl MetricsExporter {
@@ -506,18 +519,22 @@ impl MetricsExporter {
         id: &ComponentId,
         config: &ExporterConfig,
         metrics: ExporterMetrics,
+        remote_write_families: &remote_write::RemoteWriteMetricFamilies,
     ) -> Result<Self, ExporterError> {
         match config {
             ExporterConfig::OtlpGrpc(_)
             | ExporterConfig::OtlpHttp(_)
             | ExporterConfig::Debug(_) => {
                 SignalExporter::start(id, config, metrics).map(Self::Otlp)
-            } // === prometheusremotewrite ===
-              // Plugged in at merge (a config naming it is refused at load until then, as
-              // "not built into this binary yet"):
-              //     ExporterConfig::PrometheusRemoteWrite(rw) => Ok(Self::RemoteWrite(
-              //         remote_write::RemoteWriteExporter::start(id, rw, metrics)?,
-              //     )),
+            }
+            ExporterConfig::PrometheusRemoteWrite(remote_write_config) => {
+                remote_write::RemoteWriteExporter::start(
+                    id,
+                    remote_write_config,
+                    remote_write_families.for_exporter(id),
+                )
+                .map(Self::RemoteWrite)
+            }
         }
     }
 
@@ -529,6 +546,7 @@ impl MetricsExporter {
     pub async fn export(&self, batch: MetricsBatch) -> Result<(), ExportError> {
         match self {
             Self::Otlp(exporter) => exporter.export(batch).await,
+            Self::RemoteWrite(exporter) => exporter.export(batch).await,
         }
     }
 
@@ -537,6 +555,7 @@ impl MetricsExporter {
     pub async fn shutdown(self, deadline: Instant) -> DrainReport {
         match self {
             Self::Otlp(exporter) => exporter.shutdown(deadline).await,
+            Self::RemoteWrite(exporter) => exporter.shutdown(deadline).await,
         }
     }
 }

@@ -23,6 +23,7 @@ use super::{
 use crate::batcher::{BatchMetricFamilies, Batcher};
 use crate::config::{ComponentId, Config, ConnectorConfig, PipelineId, ProcessorConfig, Signal};
 use crate::connector::{SpanMetricsFlusher, SpanMetricsMetricFamilies};
+use crate::exporter::remote_write::RemoteWriteMetricFamilies;
 use crate::exporter::{ExporterError, ExporterMetricFamilies, MetricsExporter, TracesExporter};
 use crate::limiter::MemoryBudget;
 use crate::sampler::policy::{PolicyError, PolicySet};
@@ -105,6 +106,7 @@ struct Builder<'c> {
     config: &'c Config,
     budget: &'c Arc<MemoryBudget>,
     exporter_families: ExporterMetricFamilies,
+    remote_write_families: RemoteWriteMetricFamilies,
     batch_families: BatchMetricFamilies,
     sampler_families: SamplerMetricFamilies,
     span_metrics_families: SpanMetricsMetricFamilies,
@@ -131,10 +133,13 @@ pub fn build_pipelines(
     registry: &Registry,
     budget: &Arc<MemoryBudget>,
 ) -> Result<Pipelines, BuildError> {
+    let exporter_families = ExporterMetricFamilies::register(registry)?;
+    let remote_write_families = RemoteWriteMetricFamilies::register(registry, &exporter_families)?;
     let mut builder = Builder {
         config,
         budget,
-        exporter_families: ExporterMetricFamilies::register(registry)?,
+        exporter_families,
+        remote_write_families,
         batch_families: BatchMetricFamilies::register(registry)?,
         sampler_families: SamplerMetricFamilies::register(registry)?,
         span_metrics_families: SpanMetricsMetricFamilies::register(registry)?,
@@ -331,6 +336,7 @@ impl Builder<'_> {
             id,
             exporter_config,
             self.exporter_families.for_signal(id, "metrics"),
+            &self.remote_write_families,
         )
         .map_err(|source| BuildError::Exporter {
             id: id.clone(),

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod metrics_sink;
+pub mod prometheus;
 pub mod sink;
 
 use std::net::SocketAddr;

@@ -1,0 +1,941 @@
+//! The `prometheusremotewrite` exporter: the remote-write compliance cases (prometheus/
+//! compliance `remote_write_sender`) against a receiver built from the official protos, and
+//! end to end against a real Prometheus server, including a 30 s outage.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, ExponentialHistogram, ExponentialHistogramDataPoint, Gauge, Histogram,
+    HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, Summary,
+    SummaryDataPoint, exponential_histogram_data_point::Buckets, metric::Data, number_data_point,
+    summary_data_point::ValueAtQuantile,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prometheus::{Encoder, Registry, TextEncoder};
+use prost::Message;
+use tailgate::config::{ComponentId, ExporterConfig, RemoteWriteConfig};
+use tailgate::exporter::ExporterMetricFamilies;
+use tailgate::exporter::remote_write::prompb::TimeSeries;
+use tailgate::exporter::remote_write::{RemoteWriteExporter, RemoteWriteMetricFamilies};
+use tailgate::pipeline::MetricsBatch;
+use tokio::time::Instant;
+
+use crate::support::metric_value;
+use crate::support::prometheus::{Answer, Prometheus, RwReceiver};
+
+const CUMULATIVE: i32 = AggregationTemporality::Cumulative as i32;
+const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
+
+// === helpers ===
+
+/// The exporter's config from YAML settings under `exporters.prometheusremotewrite`.
+fn config(endpoint: &str, settings: &str) -> RemoteWriteConfig {
+    let yaml = format!(
+        "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+exporters:
+  debug:
+  prometheusremotewrite:
+    endpoint: {endpoint}
+{settings}
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [debug]
+"
+    );
+    let config = tailgate::config::load_str(&[&yaml]).expect("test config is valid");
+    config
+        .exporters
+        .into_values()
+        .find_map(|e| match e {
+            ExporterConfig::PrometheusRemoteWrite(rw) => Some(rw),
+            _ => None,
+        })
+        .expect("remote-write exporter")
+}
+
+struct Harness {
+    exporter: RemoteWriteExporter,
+    registry: Registry,
+}
+
+impl Harness {
+    fn start(endpoint: &str, settings: &str) -> Self {
+        let registry = Registry::new();
+        let families = ExporterMetricFamilies::register(&registry).unwrap();
+        let rw = RemoteWriteMetricFamilies::register(&registry, &families).unwrap();
+        let id = ComponentId {
+            written: "prometheusremotewrite".to_owned(),
+            kind: "prometheusremotewrite".to_owned(),
+            name: None,
+        };
+        let exporter =
+            RemoteWriteExporter::start(&id, &config(endpoint, settings), rw.for_exporter(&id))
+                .unwrap();
+        Self { exporter, registry }
+    }
+
+    async fn export(&self, request: &ExportMetricsServiceRequest) {
+        let points = count_points(request);
+        self.exporter
+            .export(MetricsBatch::new(request.encode_to_vec().into(), points))
+            .await
+            .expect("export accepted");
+    }
+
+    fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        let mut text = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut text)
+            .unwrap();
+        metric_value(&String::from_utf8(text).unwrap(), name, labels)
+    }
+}
+
+fn count_points(request: &ExportMetricsServiceRequest) -> usize {
+    request
+        .resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .map(|m| match &m.data {
+            Some(Data::Gauge(g)) => g.data_points.len(),
+            Some(Data::Sum(s)) => s.data_points.len(),
+            Some(Data::Histogram(h)) => h.data_points.len(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+            Some(Data::Summary(s)) => s.data_points.len(),
+            None => 0,
+        })
+        .sum()
+}
+
+fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.to_owned())),
+        }),
+        ..KeyValue::default()
+    }
+}
+
+/// The resource of the compliance suite's scrape target: job `test`, an instance
+/// `127.0.0.1:<port>`, and one more attribute (so that `target_info` is emitted).
+fn resource() -> Vec<KeyValue> {
+    vec![
+        kv("service.name", "test"),
+        kv("service.instance.id", "127.0.0.1:9999"),
+        kv("host.name", "node-1"),
+    ]
+}
+
+fn request(metrics: Vec<Metric>) -> ExportMetricsServiceRequest {
+    request_with(resource(), metrics)
+}
+
+fn request_with(resource: Vec<KeyValue>, metrics: Vec<Metric>) -> ExportMetricsServiceRequest {
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: resource,
+                ..Resource::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope {
+                    name: "compliance".to_owned(),
+                    ..InstrumentationScope::default()
+                }),
+                metrics,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+    }
+}
+
+fn metric(name: &str, data: Data) -> Metric {
+    Metric {
+        name: name.to_owned(),
+        data: Some(data),
+        ..Metric::default()
+    }
+}
+
+fn number(ms: i64, value: f64, attributes: Vec<KeyValue>) -> NumberDataPoint {
+    NumberDataPoint {
+        attributes,
+        time_unix_nano: ms as u64 * 1_000_000,
+        value: Some(number_data_point::Value::AsDouble(value)),
+        ..NumberDataPoint::default()
+    }
+}
+
+fn gauge(points: Vec<NumberDataPoint>) -> Data {
+    Data::Gauge(Gauge {
+        data_points: points,
+    })
+}
+
+fn counter(points: Vec<NumberDataPoint>) -> Data {
+    Data::Sum(Sum {
+        data_points: points,
+        aggregation_temporality: CUMULATIVE,
+        is_monotonic: true,
+    })
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn label<'a>(series: &'a TimeSeries, name: &str) -> Option<&'a str> {
+    series
+        .labels
+        .iter()
+        .find(|l| l.name == name)
+        .map(|l| l.value.as_str())
+}
+
+/// `name{k="v",...}` with labels in their sent order (excluding `__name__`).
+fn key(series: &TimeSeries) -> String {
+    let labels: Vec<String> = series
+        .labels
+        .iter()
+        .filter(|l| l.name != "__name__")
+        .map(|l| format!("{}={:?}", l.name, l.value))
+        .collect();
+    format!(
+        "{}{{{}}}",
+        label(series, "__name__").unwrap_or(""),
+        labels.join(",")
+    )
+}
+
+/// (timestamp, value) of every accepted sample of the series whose name is `name` and that
+/// has all `labels`, in arrival order.
+fn samples(receiver: &RwReceiver, name: &str, labels: &[(&str, &str)]) -> Vec<(i64, f64)> {
+    receiver
+        .accepted_series()
+        .iter()
+        .filter(|s| label(s, "__name__") == Some(name))
+        .filter(|s| labels.iter().all(|(k, v)| label(s, k) == Some(*v)))
+        .flat_map(|s| s.samples.iter().map(|p| (p.timestamp, p.value)))
+        .collect()
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+// === compliance cases against a mock receiver ===
+
+/// Scenario: a gauge `test{b="2",a="1",c=""}` exported to a receiver built from the
+/// official remote.proto.
+/// Guarantees: every request carries exactly `Content-Encoding: snappy`,
+/// `Content-Type: application/x-protobuf`, `X-Prometheus-Remote-Write-Version: 0.1.0` and a
+/// `User-Agent` naming tailgate; the body is the snappy block format (not framed) of a
+/// `WriteRequest`; every series has `__name__`, sorted unique label names and no empty
+/// value; `test{a="1",b="2"}` arrives with `job="test"` and `instance="127.0.0.1:9999"`;
+/// timestamps are the point's, in ms.
+#[tokio::test]
+async fn headers_snappy_and_labels() {
+    let receiver = RwReceiver::start().await;
+    let h = Harness::start(&receiver.url(), "");
+    let ts = now_ms();
+    h.export(&request(vec![metric(
+        "test",
+        gauge(vec![number(
+            ts,
+            42.0,
+            vec![kv("b", "2"), kv("a", "1"), kv("c", "")],
+        )]),
+    )]))
+    .await;
+    assert!(receiver.wait_for(WAIT, |r| !r.is_empty()).await);
+    for r in receiver.received() {
+        let header = |name: &str| r.headers.get(name).and_then(|v| v.to_str().ok());
+        assert_eq!(header("content-encoding"), Some("snappy"));
+        assert_eq!(header("content-type"), Some("application/x-protobuf"));
+        assert_eq!(header("x-prometheus-remote-write-version"), Some("0.1.0"));
+        assert!(header("user-agent").unwrap().starts_with("tailgate/"));
+        assert!(
+            !r.body.starts_with(b"\xff\x06\x00\x00sNaPpY"),
+            "framed snappy"
+        );
+        let request = r.request.expect("snappy block + WriteRequest");
+        for series in &request.timeseries {
+            assert!(label(series, "__name__").is_some());
+            let names: Vec<&str> = series.labels.iter().map(|l| l.name.as_str()).collect();
+            let mut sorted = names.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(names, sorted, "sorted, unique: {}", key(series));
+            assert!(series.labels.iter().all(|l| !l.value.is_empty()));
+        }
+    }
+    let series = receiver.accepted_series();
+    let test = series
+        .iter()
+        .find(|s| label(s, "__name__") == Some("test"))
+        .unwrap();
+    assert_eq!(
+        key(test),
+        r#"test{a="1",b="2",instance="127.0.0.1:9999",job="test",otel_scope_name="compliance"}"#
+    );
+    assert_eq!(test.samples[0].timestamp, ts);
+    assert_eq!(test.samples[0].value, 42.0);
+}
+
+/// Scenario: the suite's Counter, Gauge, Histogram and Summary payloads, scraped three times
+/// a second apart (a counter at 0,1,2; a gauge equal to its timestamp; a histogram with
+/// buckets {1,2} after observing 1 and 2; a summary after 1, 2, 3).
+/// Guarantees: `counter_total` has 0,1,2 in order; each gauge value equals its timestamp;
+/// `histogram_bucket{le="1"}`=1, `{le="2"}`=2, `{le="+Inf"}`=2, `_sum`=3, `_count`=2;
+/// `summary{quantile}` 2/3/3, `_sum` 6, `_count` 3; every series of one family has the same
+/// number of samples; `target_info` carries job, instance and `host_name`.
+#[tokio::test]
+async fn counter_gauge_histogram_summary() {
+    let receiver = RwReceiver::start().await;
+    let h = Harness::start(&receiver.url(), "");
+    let start = now_ms() - 3000;
+    for i in 0..3 {
+        let ts = start + i * 1000;
+        let ns = ts as u64 * 1_000_000;
+        let histogram = Data::Histogram(Histogram {
+            data_points: vec![HistogramDataPoint {
+                time_unix_nano: ns,
+                count: 2,
+                sum: Some(3.0),
+                bucket_counts: vec![1, 1, 0],
+                explicit_bounds: vec![1.0, 2.0],
+                ..HistogramDataPoint::default()
+            }],
+            aggregation_temporality: CUMULATIVE,
+        });
+        let summary = Data::Summary(Summary {
+            data_points: vec![SummaryDataPoint {
+                time_unix_nano: ns,
+                count: 3,
+                sum: 6.0,
+                quantile_values: [(0.5, 2.0), (0.9, 3.0), (0.99, 3.0)]
+                    .into_iter()
+                    .map(|(quantile, value)| ValueAtQuantile { quantile, value })
+                    .collect(),
+                ..SummaryDataPoint::default()
+            }],
+        });
+        h.export(&request(vec![
+            metric("counter", counter(vec![number(ts, i as f64, vec![])])),
+            metric("now", gauge(vec![number(ts, ts as f64, vec![])])),
+            metric("histogram", histogram),
+            metric("summary", summary),
+        ]))
+        .await;
+    }
+    assert!(
+        receiver
+            .wait_for(WAIT, |_| samples(&receiver, "summary_count", &[]).len()
+                == 3
+                && samples(&receiver, "counter_total", &[]).len() == 3
+                && samples(&receiver, "histogram_count", &[]).len() == 3)
+            .await
+    );
+    let counter: Vec<f64> = samples(&receiver, "counter_total", &[])
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(counter, vec![0.0, 1.0, 2.0]);
+    for (ts, value) in samples(&receiver, "now", &[]) {
+        assert_eq!(value, ts as f64);
+    }
+    let last = |name: &str, labels: &[(&str, &str)]| {
+        let all = samples(&receiver, name, labels);
+        assert_eq!(all.len(), 3, "{name} {labels:?}");
+        all.last().unwrap().1
+    };
+    assert_eq!(last("histogram_bucket", &[("le", "1")]), 1.0);
+    assert_eq!(last("histogram_bucket", &[("le", "2")]), 2.0);
+    assert_eq!(last("histogram_bucket", &[("le", "+Inf")]), 2.0);
+    assert_eq!(last("histogram_sum", &[]), 3.0);
+    assert_eq!(last("histogram_count", &[]), 2.0);
+    assert_eq!(last("summary", &[("quantile", "0.5")]), 2.0);
+    assert_eq!(last("summary", &[("quantile", "0.9")]), 3.0);
+    assert_eq!(last("summary", &[("quantile", "0.99")]), 3.0);
+    assert_eq!(last("summary_sum", &[]), 6.0);
+    assert_eq!(last("summary_count", &[]), 3.0);
+    let info = samples(
+        &receiver,
+        "target_info",
+        &[
+            ("job", "test"),
+            ("instance", "127.0.0.1:9999"),
+            ("host_name", "node-1"),
+        ],
+    );
+    assert!(!info.is_empty() && info.iter().all(|(_, v)| *v == 1.0));
+    assert_eq!(
+        h.metric(
+            "otelcol_exporter_sent_metric_points_total",
+            &[r#"exporter="prometheusremotewrite""#]
+        ),
+        12.0
+    );
+}
+
+/// Scenario: a gauge `stale` reported once, then reported with the `NoRecordedValue` flag
+/// (the series ended).
+/// Guarantees: the second sample is the StaleNaN bit pattern `0x7ff0000000000002`.
+#[tokio::test]
+async fn staleness_marker() {
+    let receiver = RwReceiver::start().await;
+    let h = Harness::start(&receiver.url(), "");
+    let ts = now_ms();
+    let mut ended = number(ts + 1000, 0.0, vec![]);
+    ended.flags = 1;
+    h.export(&request(vec![metric(
+        "stale",
+        gauge(vec![number(ts, 1.0, vec![]), ended]),
+    )]))
+    .await;
+    assert!(
+        receiver
+            .wait_for(WAIT, |_| samples(&receiver, "stale", &[]).len() == 2)
+            .await
+    );
+    let got = samples(&receiver, "stale", &[]);
+    assert_eq!(got[0], (ts, 1.0));
+    assert_eq!(got[1].0, ts + 1000);
+    assert_eq!(got[1].1.to_bits(), STALE_NAN_BITS);
+}
+
+/// Scenario: 200 gauges exported 10 times, 100 ms of timestamps apart, while the receiver
+/// sleeps a random 0–300 ms before answering each request (5 shards in parallel).
+/// Guarantees: for every series, the timestamps received across all requests are strictly
+/// increasing, and all 2000 samples arrive; every timestamp lies between the test's start
+/// and end.
+#[tokio::test]
+async fn ordering_under_receiver_delays() {
+    let receiver = RwReceiver::start().await;
+    receiver.delay_up_to(Duration::from_millis(300));
+    let h = Harness::start(&receiver.url(), "");
+    let start = now_ms();
+    for round in 0..10 {
+        let ts = start + round * 100;
+        let points = (0..200)
+            .map(|i| number(ts, round as f64, vec![kv("i", &i.to_string())]))
+            .collect();
+        h.export(&request_with(
+            vec![kv("service.name", "test")],
+            vec![metric("ordered", gauge(points))],
+        ))
+        .await;
+    }
+    let end = start + 1000;
+    let total = |_: &[_]| samples(&receiver, "ordered", &[]).len() == 2000;
+    assert!(receiver.wait_for(Duration::from_secs(30), total).await);
+    let mut last: HashMap<String, i64> = HashMap::new();
+    for series in receiver.accepted_series() {
+        for sample in &series.samples {
+            assert!((start..end).contains(&sample.timestamp));
+            let previous = last.insert(key(&series), sample.timestamp);
+            if let Some(previous) = previous {
+                assert!(
+                    sample.timestamp > previous,
+                    "{}: {} after {previous}",
+                    key(&series),
+                    sample.timestamp
+                );
+            }
+        }
+    }
+    assert_eq!(last.len(), 200);
+}
+
+/// Scenario: the receiver answers the first request 500, then accepts.
+/// Guarantees: the request is retried (more than one attempt carrying the first
+/// timestamp), the sample then arrives, the retry is counted, and the retry carries
+/// `Retry-Attempt`.
+#[tokio::test]
+async fn retries_on_500() {
+    let receiver = RwReceiver::start().await;
+    receiver.script([Answer::status(500, "try later")]);
+    let h = Harness::start(&receiver.url(), "");
+    let ts = now_ms();
+    // Only service.name: no target_info, so the one request is the one answered 500.
+    h.export(&request_with(
+        vec![kv("service.name", "test")],
+        vec![metric("now", gauge(vec![number(ts, 1.0, vec![])]))],
+    ))
+    .await;
+    assert!(
+        receiver
+            .wait_for(WAIT, |_| !samples(&receiver, "now", &[]).is_empty())
+            .await
+    );
+    let carrying: Vec<_> = receiver
+        .received()
+        .into_iter()
+        .filter(|r| {
+            r.request.as_ref().is_some_and(|q| {
+                q.timeseries
+                    .iter()
+                    .any(|s| label(s, "__name__") == Some("now") && s.samples[0].timestamp == ts)
+            })
+        })
+        .collect();
+    assert!(carrying.len() >= 2, "retried: {}", carrying.len());
+    assert_eq!(carrying[0].status, 500);
+    assert_eq!(
+        carrying[1]
+            .headers
+            .get("retry-attempt")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert_eq!(samples(&receiver, "now", &[]), vec![(ts, 1.0)]);
+    assert!(
+        h.metric(
+            "tailgate_exporter_retries_total",
+            &[r#"error_type="http_5xx""#]
+        ) >= 1.0
+    );
+}
+
+/// Scenario: the receiver answers the first request 400 ("out of order sample"); a later
+/// export follows.
+/// Guarantees: the refused sample's timestamp is never sent again (no retry), its point is
+/// counted as failed with reason `permanent`, and the exporter keeps delivering.
+#[tokio::test]
+async fn no_retry_on_400() {
+    let receiver = RwReceiver::start().await;
+    receiver.script([Answer::status(400, "out of order sample")]);
+    let h = Harness::start(&receiver.url(), "");
+    let ts = now_ms();
+    h.export(&request_with(
+        vec![kv("service.name", "test")],
+        vec![metric("now", gauge(vec![number(ts, 1.0, vec![])]))],
+    ))
+    .await;
+    assert!(receiver.wait_for(WAIT, |r| r.len() == 1).await);
+    h.export(&request_with(
+        vec![kv("service.name", "test")],
+        vec![metric("now", gauge(vec![number(ts + 1000, 2.0, vec![])]))],
+    ))
+    .await;
+    assert!(
+        receiver
+            .wait_for(WAIT, |_| !samples(&receiver, "now", &[]).is_empty())
+            .await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let received = receiver.received();
+    let carrying = received
+        .iter()
+        .filter(|r| {
+            r.request.as_ref().is_some_and(|q| {
+                q.timeseries
+                    .iter()
+                    .any(|s| s.samples.iter().any(|p| p.timestamp == ts))
+            })
+        })
+        .count();
+    assert_eq!(carrying, 1, "never retried");
+    assert_eq!(samples(&receiver, "now", &[]), vec![(ts + 1000, 2.0)]);
+    assert_eq!(
+        h.metric(
+            "otelcol_exporter_send_failed_metric_points_total",
+            &[r#"reason="permanent""#]
+        ),
+        1.0
+    );
+}
+
+/// Scenario: the receiver answers 429 with `Retry-After: 1`, then accepts; separately, a
+/// receiver that always answers 503 with `max_elapsed_time: 1s`.
+/// Guarantees: the retry waits for the hint (≥ ~1 s); retries against the permanent 503 stop
+/// after the bound and the points are counted as `retries_exhausted`.
+#[tokio::test]
+async fn retry_after_and_bounded_retries() {
+    let receiver = RwReceiver::start().await;
+    receiver.script([Answer {
+        status: 429,
+        body: "slow down",
+        retry_after: Some("1"),
+    }]);
+    let h = Harness::start(&receiver.url(), "");
+    // One series (no resource, so no target_info): one shard, one request and its retry.
+    h.export(&request_with(
+        vec![],
+        vec![metric("g", gauge(vec![number(now_ms(), 1.0, vec![])]))],
+    ))
+    .await;
+    assert!(receiver.wait_for(WAIT, |r| r.len() >= 2).await);
+    let received = receiver.received();
+    let gap = received[1].at - received[0].at;
+    assert!(gap >= Duration::from_millis(950), "waited {gap:?}");
+
+    let failing = RwReceiver::start().await;
+    failing.script((0..1000).map(|_| Answer::status(503, "down")));
+    let h = Harness::start(
+        &failing.url(),
+        "    retry_on_failure:\n      max_elapsed_time: 1s",
+    );
+    h.export(&request_with(
+        vec![],
+        vec![metric("g", gauge(vec![number(now_ms(), 1.0, vec![])]))],
+    ))
+    .await;
+    let started = Instant::now();
+    loop {
+        let failed = h.metric(
+            "otelcol_exporter_send_failed_metric_points_total",
+            &[r#"reason="retries_exhausted""#],
+        );
+        if failed == 1.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "retries not bounded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(failing.received().len() > 2);
+}
+
+/// Scenario: a delta monotonic sum next to a cumulative one.
+/// Guarantees: only the cumulative one is sent; the delta point is counted in
+/// `tailgate_remote_write_dropped_data_points_total{reason="delta_temporality"}`.
+#[tokio::test]
+async fn delta_is_refused_and_counted() {
+    let receiver = RwReceiver::start().await;
+    let h = Harness::start(&receiver.url(), "");
+    let ts = now_ms();
+    let delta = Data::Sum(Sum {
+        data_points: vec![number(ts, 1.0, vec![])],
+        aggregation_temporality: AggregationTemporality::Delta as i32,
+        is_monotonic: true,
+    });
+    h.export(&request(vec![
+        metric("delta", delta),
+        metric("cumulative", counter(vec![number(ts, 1.0, vec![])])),
+    ]))
+    .await;
+    assert!(
+        receiver
+            .wait_for(WAIT, |_| !samples(&receiver, "cumulative_total", &[])
+                .is_empty())
+            .await
+    );
+    assert!(samples(&receiver, "delta_total", &[]).is_empty());
+    assert_eq!(
+        h.metric(
+            "tailgate_remote_write_dropped_data_points_total",
+            &[r#"reason="delta_temporality""#]
+        ),
+        1.0
+    );
+}
+
+/// Scenario: 300 series in one export with `max_batch_size_bytes: 4000`.
+/// Guarantees: they arrive split over several requests, each within the limit, none lost.
+#[tokio::test]
+async fn splits_above_max_batch_size() {
+    let receiver = RwReceiver::start().await;
+    let h = Harness::start(
+        &receiver.url(),
+        "    max_batch_size_bytes: 4000\n    remote_write_queue:\n      num_consumers: 1",
+    );
+    let ts = now_ms();
+    let points = (0..300)
+        .map(|i| number(ts, 1.0, vec![kv("i", &i.to_string())]))
+        .collect();
+    h.export(&request_with(vec![], vec![metric("wide", gauge(points))]))
+        .await;
+    assert!(
+        receiver
+            .wait_for(WAIT, |_| samples(&receiver, "wide", &[]).len() == 300)
+            .await
+    );
+    let received = receiver.received();
+    assert!(received.len() > 1);
+    for r in &received {
+        assert!(r.request.as_ref().unwrap().encode_to_vec().len() <= 4000);
+    }
+}
+
+/// Scenario: exports queued behind a slow receiver, then shutdown with a 10 s deadline.
+/// Guarantees: shutdown drains the queue: the report counts every point delivered, none
+/// dropped; a later export is refused as shut down.
+#[tokio::test]
+async fn shutdown_drains() {
+    let receiver = RwReceiver::start().await;
+    receiver.delay_up_to(Duration::from_millis(100));
+    let h = Harness::start(&receiver.url(), "");
+    let ts = now_ms();
+    for i in 0..20 {
+        h.export(&request_with(
+            vec![],
+            vec![metric("g", gauge(vec![number(ts + i, 1.0, vec![])]))],
+        ))
+        .await;
+    }
+    let exporter = h.exporter.clone();
+    let report = exporter
+        .shutdown(Instant::now() + Duration::from_secs(10))
+        .await;
+    let delivered = h.metric("otelcol_exporter_sent_metric_points_total", &[]);
+    assert_eq!(delivered, 20.0);
+    assert_eq!(report.dropped_spans, 0);
+    assert!(report.delivered_spans <= 20);
+    assert_eq!(samples(&receiver, "g", &[]).len(), 20);
+    let refused = h
+        .exporter
+        .export(MetricsBatch::new(request(vec![]).encode_to_vec().into(), 0))
+        .await;
+    assert!(refused.is_err());
+}
+
+// === against a real Prometheus ===
+
+fn exp_histogram(ms: i64) -> Data {
+    Data::ExponentialHistogram(ExponentialHistogram {
+        data_points: vec![ExponentialHistogramDataPoint {
+            time_unix_nano: ms as u64 * 1_000_000,
+            count: 6,
+            sum: Some(20.0),
+            scale: 0,
+            zero_count: 1,
+            positive: Some(Buckets {
+                offset: 0,
+                bucket_counts: vec![2, 0, 3],
+            }),
+            ..ExponentialHistogramDataPoint::default()
+        }],
+        aggregation_temporality: CUMULATIVE,
+    })
+}
+
+/// Scenario: a counter, an up-down counter (non-monotonic sum), a gauge, an explicit
+/// histogram and an exponential histogram, from a resource with service name, namespace,
+/// instance id and a pod name, pushed through the exporter to Prometheus 2.42 started with
+/// the remote-write receiver and native histograms.
+/// Guarantees: PromQL returns `app_requests_total` = 7 with `job="shop/api"`,
+/// `instance="pod-1"` and the data point's label; `app_queue_depth` = -3 (no `_total`);
+/// `app_temperature_celsius` = 21.5; `app_latency_seconds_bucket{le="0.5"}` = 4 and `_count`
+/// = 10; the native histogram's `histogram_count` = 6 and `histogram_sum` = 20;
+/// `app_target_info` = 1 with `k8s_pod_name`.
+#[tokio::test]
+async fn prometheus_receives_every_type() {
+    let prometheus = Prometheus::start().await;
+    let h = Harness::start(&prometheus.write_url(), "    namespace: app");
+    let ts = now_ms() - 1000;
+    let resource = vec![
+        kv("service.name", "api"),
+        kv("service.namespace", "shop"),
+        kv("service.instance.id", "pod-1"),
+        kv("k8s.pod.name", "api-7d9"),
+    ];
+    let histogram = Data::Histogram(Histogram {
+        data_points: vec![HistogramDataPoint {
+            time_unix_nano: ts as u64 * 1_000_000,
+            count: 10,
+            sum: Some(4.2),
+            bucket_counts: vec![4, 5, 1],
+            explicit_bounds: vec![0.5, 1.0],
+            ..HistogramDataPoint::default()
+        }],
+        aggregation_temporality: CUMULATIVE,
+    });
+    let mut requests = metric(
+        "requests",
+        counter(vec![number(ts, 7.0, vec![kv("http.method", "GET")])]),
+    );
+    requests.unit = "{request}".to_owned();
+    let mut temperature = metric("temperature", gauge(vec![number(ts, 21.5, vec![])]));
+    temperature.unit = "Cel".to_owned();
+    let mut latency = metric("latency", histogram);
+    latency.unit = "s".to_owned();
+    h.export(&request_with(
+        resource,
+        vec![
+            requests,
+            metric(
+                "queue.depth",
+                Data::Sum(Sum {
+                    data_points: vec![number(ts, -3.0, vec![])],
+                    aggregation_temporality: CUMULATIVE,
+                    is_monotonic: false,
+                }),
+            ),
+            temperature,
+            latency,
+            metric("sizes", exp_histogram(ts)),
+        ],
+    ))
+    .await;
+    let at = Some(ts as f64 / 1000.0 + 1.0);
+    let deadline = Instant::now() + WAIT;
+    while prometheus.value("app_target_info", at).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing arrived; log:\n{}",
+            prometheus.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let requests = prometheus.query("app_requests_total", at).await;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let (labels, value) = &requests[0];
+    assert_eq!(*value, 7.0);
+    let expected: BTreeMap<String, String> = [
+        ("__name__", "app_requests_total"),
+        ("http_method", "GET"),
+        ("instance", "pod-1"),
+        ("job", "shop/api"),
+        ("otel_scope_name", "compliance"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_eq!(labels, &expected);
+    assert_eq!(prometheus.value("app_queue_depth", at).await, Some(-3.0));
+    assert_eq!(prometheus.value("app_queue_depth_total", at).await, None);
+    assert_eq!(
+        prometheus.value("app_temperature_celsius", at).await,
+        Some(21.5)
+    );
+    assert_eq!(
+        prometheus
+            .value(r#"app_latency_seconds_bucket{le="0.5"}"#, at)
+            .await,
+        Some(4.0)
+    );
+    assert_eq!(
+        prometheus
+            .value(r#"app_latency_seconds_bucket{le="+Inf"}"#, at)
+            .await,
+        Some(10.0)
+    );
+    assert_eq!(
+        prometheus.value("app_latency_seconds_count", at).await,
+        Some(10.0)
+    );
+    assert_eq!(
+        prometheus.value("histogram_count(app_sizes)", at).await,
+        Some(6.0)
+    );
+    assert_eq!(
+        prometheus.value("histogram_sum(app_sizes)", at).await,
+        Some(20.0)
+    );
+    let info = prometheus
+        .query(r#"app_target_info{k8s_pod_name="api-7d9"}"#, at)
+        .await;
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(info[0].1, 1.0);
+    assert_eq!(info[0].0["job"], "shop/api");
+    assert_eq!(info[0].0["instance"], "pod-1");
+    assert_eq!(
+        h.metric("otelcol_exporter_send_failed_metric_points_total", &[]),
+        0.0
+    );
+}
+
+/// Scenario: a counter incremented by 1 and pushed every 200 ms for about 40 s, while
+/// Prometheus is stopped for 30 s in the middle and restarted on the same port and data
+/// directory.
+/// Guarantees: every sample arrives, none out of order: `count_over_time` equals the number
+/// pushed, `min_over_time` is 0, `max_over_time` is the last value and `resets` is 0; no
+/// point is counted as failed.
+#[tokio::test]
+async fn prometheus_outage_loses_nothing() {
+    let mut prometheus = Prometheus::start().await;
+    let h = Harness::start(&prometheus.write_url(), "");
+    let push = |i: usize| {
+        request_with(
+            vec![kv("service.name", "outage")],
+            vec![metric(
+                "ticks",
+                counter(vec![number(now_ms(), i as f64, vec![])]),
+            )],
+        )
+    };
+    let mut pushed = 0;
+    let tick = Duration::from_millis(200);
+    // 5 s before the outage.
+    for _ in 0..25 {
+        h.export(&push(pushed)).await;
+        pushed += 1;
+        tokio::time::sleep(tick).await;
+    }
+    prometheus.stop().await;
+    let stopped = Instant::now();
+    while stopped.elapsed() < Duration::from_secs(30) {
+        h.export(&push(pushed)).await;
+        pushed += 1;
+        tokio::time::sleep(tick).await;
+    }
+    prometheus.restart().await;
+    // 5 s after.
+    for _ in 0..25 {
+        h.export(&push(pushed)).await;
+        pushed += 1;
+        tokio::time::sleep(tick).await;
+    }
+    let last = (pushed - 1) as f64;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let at = Some(now_ms() as f64 / 1000.0);
+        let count = prometheus
+            .value("count_over_time(ticks_total[10m])", at)
+            .await;
+        if count == Some(pushed as f64) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "count {count:?} of {pushed}; log:\n{}",
+            prometheus.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let at = Some(now_ms() as f64 / 1000.0);
+    assert_eq!(
+        prometheus
+            .value("min_over_time(ticks_total[10m])", at)
+            .await,
+        Some(0.0)
+    );
+    assert_eq!(
+        prometheus
+            .value("max_over_time(ticks_total[10m])", at)
+            .await,
+        Some(last)
+    );
+    assert_eq!(
+        prometheus.value("resets(ticks_total[10m])", at).await,
+        Some(0.0)
+    );
+    assert_eq!(
+        h.metric("otelcol_exporter_send_failed_metric_points_total", &[]),
+        0.0
+    );
+    assert!(
+        h.metric(
+            "tailgate_exporter_retries_total",
+            &[r#"error_type="transport""#]
+        ) > 0.0
+    );
+}
