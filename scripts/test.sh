@@ -14,6 +14,9 @@ echo "== deploy checks (kustomize, schemas, promtool, checkov, tailgate validate
 cargo build --locked --bin tailgate
 TAILGATE_BIN="$PWD/target/debug/tailgate" ./scripts/check-deploy.sh
 
+echo "== test dependencies (Prometheus server for the remote-write tests)"
+./scripts/install-prometheus.sh
+
 echo "== cargo test"
 # Two test threads: the machine has two cores and the integration tests run servers.
 RUST_TEST_THREADS=2 cargo test --all-targets --locked

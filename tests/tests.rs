@@ -5,6 +5,7 @@ mod bad_input;
 mod cli;
 mod export_retry;
 mod metrics_e2e;
+mod prometheus_e2e;
 mod remote_write;
 mod sampling;
 mod sdk_e2e;
