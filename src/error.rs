@@ -52,6 +52,17 @@ pub enum PipelineError {
 
 /// A bounded label value naming the kind of refusal, for metrics.
 impl PipelineError {
+    /// Every value [`PipelineError::reason_label`] can return.
+    pub const REASON_LABELS: [&'static str; 7] = [
+        "overloaded",
+        "shutting_down",
+        "malformed",
+        "too_large",
+        "unsupported_media_type",
+        "unsupported_encoding",
+        "no_pipeline",
+    ];
+
     /// The `reason` label for refusal counters: a closed set.
     pub fn reason_label(&self) -> &'static str {
         match self {
@@ -177,5 +188,26 @@ mod tests {
             media.http_answer().status,
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         );
+    }
+
+    /// Scenario: one error of every kind.
+    /// Guarantees: each reason label is one of `REASON_LABELS`, and no two kinds share one,
+    /// so refusal series can be created up front.
+    #[test]
+    fn reason_labels_are_closed() {
+        let errors = [
+            PipelineError::Overloaded {
+                reason: "x",
+                retry_after: Duration::from_secs(1),
+            },
+            PipelineError::ShuttingDown,
+            PipelineError::Malformed("x".into()),
+            PipelineError::TooLarge { limit: 1 },
+            PipelineError::UnsupportedMediaType("x".into()),
+            PipelineError::UnsupportedEncoding("x".into()),
+            PipelineError::NoPipeline("traces"),
+        ];
+        let labels: Vec<&str> = errors.iter().map(PipelineError::reason_label).collect();
+        assert_eq!(labels, PipelineError::REASON_LABELS);
     }
 }

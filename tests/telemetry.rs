@@ -100,3 +100,66 @@ async fn health_reports_serving_then_draining() {
         "the undeliverable span is counted, not lost silently"
     );
 }
+
+/// Scenario: a gateway running every component of the deployed pipeline (memory limiter,
+/// tail sampling, span metrics, batch, exporters) is scraped.
+/// Guarantees: every metric family that the alert rules and the dashboard use
+/// (`deploy/monitoring/metrics.txt`) is exposed, with the type listed there, so the
+/// monitoring in `deploy/` cannot silently drift from the binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exposes_every_metric_the_monitoring_uses() {
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{endpoint: 127.0.0.1:0}}
+processors:
+  memory_limiter: {{check_interval: 1s, limit_mib: 512}}
+  tail_sampling:
+    policies: [{{name: errors, type: status_code, status_code: {{status_codes: [ERROR]}}}}]
+  batch: {{}}
+exporters:
+  otlp/sink: {{endpoint: "{sink}", tls: {{insecure: true}}}}
+connectors:
+  spanmetrics: {{}}
+  forward: {{}}
+service:
+  pipelines:
+    traces/in: {{receivers: [otlp], exporters: [spanmetrics, forward]}}
+    traces/sampled: {{receivers: [forward], processors: [memory_limiter, tail_sampling, batch], exporters: [otlp/sink]}}
+    metrics: {{receivers: [spanmetrics], processors: [batch], exporters: [otlp/sink]}}
+  telemetry:
+    metrics: {{address: 127.0.0.1:0}}
+"#,
+        sink = sink.addr
+    );
+    let gateway = support::start_gateway(&config).await;
+    let metrics = support::scrape(&gateway).await;
+    let listed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/monitoring/metrics.txt"
+    ))
+    .expect("deploy/monitoring/metrics.txt");
+    let mut checked = 0;
+    for line in listed
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+    {
+        let mut fields = line.split_whitespace();
+        let (Some(name), Some(kind)) = (fields.next(), fields.next()) else {
+            panic!("malformed line in metrics.txt: {line}");
+        };
+        assert!(
+            metrics.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} ({kind}) is used by deploy/monitoring but not exposed"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 30,
+        "metrics.txt lists the monitored families ({checked})"
+    );
+    gateway.shutdown().await;
+}

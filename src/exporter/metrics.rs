@@ -63,6 +63,16 @@ mod desc {
         "otelcol_exporter_in_flight_requests",
         "Number of export requests currently in flight (attempts, not batches).",
     );
+    pub const DROPPED_SPANS: (&str, &str) = (
+        "tailgate_spans_dropped_total",
+        "Spans lost after they were accepted, by reason: permanent, retries_exhausted, \
+         partial_success and shutdown from exporters, pending_on_shutdown from the tail \
+         sampler. Every loss is counted here once; not-sampled spans are not losses.",
+    );
+    pub const DROPPED_POINTS: (&str, &str) = (
+        "tailgate_metric_points_dropped_total",
+        "Metric data points lost after they were accepted, by reason (as for spans).",
+    );
     pub const RETRIES: (&str, &str) = (
         "tailgate_exporter_retries_total",
         "Number of export attempts that failed with a retryable error and were retried, \
@@ -161,6 +171,7 @@ struct ItemFamilies {
     sent: IntCounterVec,
     send_failed: IntCounterVec,
     enqueue_failed: IntCounterVec,
+    dropped: IntCounterVec,
 }
 
 /// The exporter metric families, registered once per registry.
@@ -208,11 +219,13 @@ impl ExporterMetricFamilies {
                 sent: counter(registry, desc::SENT_SPANS, &["exporter"])?,
                 send_failed: counter(registry, desc::SEND_FAILED_SPANS, &["exporter", "reason"])?,
                 enqueue_failed: counter(registry, desc::ENQUEUE_FAILED_SPANS, &["exporter"])?,
+                dropped: counter(registry, desc::DROPPED_SPANS, &["reason"])?,
             },
             points: ItemFamilies {
                 sent: counter(registry, desc::SENT_POINTS, &["exporter"])?,
                 send_failed: counter(registry, desc::SEND_FAILED_POINTS, &["exporter", "reason"])?,
                 enqueue_failed: counter(registry, desc::ENQUEUE_FAILED_POINTS, &["exporter"])?,
+                dropped: counter(registry, desc::DROPPED_POINTS, &["reason"])?,
             },
             queue_capacity: gauge(registry, desc::QUEUE_CAPACITY, &["exporter", "data_type"])?,
             in_flight: gauge(registry, desc::IN_FLIGHT, &["exporter"])?,
@@ -221,6 +234,12 @@ impl ExporterMetricFamilies {
         };
         registry.register(Box::new(SharedCollector(queue_size)))?;
         Ok(families)
+    }
+
+    /// `tailgate_spans_dropped_total`: the one counter of lost spans, shared with the
+    /// other stages that can lose spans (the tail sampler at shutdown).
+    pub fn dropped_spans(&self) -> IntCounterVec {
+        self.spans.dropped.clone()
     }
 
     /// Label-bound handles for one traces exporter. Every `reason` and `error_type` series
@@ -244,6 +263,7 @@ impl ExporterMetricFamilies {
             sent_spans: items.sent.with_label_values(&[name]),
             send_failed_spans: FailureReason::ALL
                 .map(|r| items.send_failed.with_label_values(&[name, r.as_str()])),
+            dropped: FailureReason::ALL.map(|r| items.dropped.with_label_values(&[r.as_str()])),
             enqueue_failed_spans: items.enqueue_failed.with_label_values(&[name]),
             queue_capacity: self.queue_capacity.clone(),
             in_flight: self.in_flight.with_label_values(&[name]),
@@ -261,6 +281,8 @@ pub struct ExporterMetrics {
     data_type: &'static str,
     sent_spans: IntCounter,
     send_failed_spans: [IntCounter; 4],
+    /// `tailgate_*_dropped_total` by the same reasons.
+    dropped: [IntCounter; 4],
     enqueue_failed_spans: IntCounter,
     queue_capacity: IntGaugeVec,
     in_flight: IntGauge,
@@ -277,11 +299,13 @@ impl ExporterMetrics {
     /// `spans` were not delivered, for `reason`.
     pub(crate) fn record_failed(&self, reason: FailureReason, spans: usize) {
         self.send_failed_spans[reason.index()].inc_by(spans as u64);
+        self.dropped[reason.index()].inc_by(spans as u64);
     }
 
-    /// `spans` could not be handed to the exporter.
+    /// `spans` could not be handed to the exporter (it was shut down).
     pub(crate) fn record_enqueue_failed(&self, spans: usize) {
         self.enqueue_failed_spans.inc_by(spans as u64);
+        self.dropped[FailureReason::Shutdown.index()].inc_by(spans as u64);
     }
 
     /// A retryable attempt failed and will be retried.

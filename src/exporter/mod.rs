@@ -160,7 +160,8 @@ enum Inner<P: Payload> {
     /// `debug`: logs and never fails.
     Debug {
         debug: DebugExporter,
-        metrics: ExporterMetrics,
+        // Boxed: the handles are much larger than the other variants' pointers.
+        metrics: Box<ExporterMetrics>,
         closed: Arc<watch::Sender<bool>>,
     },
 }
@@ -241,7 +242,7 @@ impl<P: Payload> SignalExporter<P> {
                 return Ok(Self {
                     inner: Inner::Debug {
                         debug: DebugExporter::new(exporter, debug_config.verbosity),
-                        metrics,
+                        metrics: Box::new(metrics),
                         closed: Arc::new(closed),
                     },
                 });

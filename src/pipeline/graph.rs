@@ -402,7 +402,11 @@ impl Builder<'_> {
                             processor: id.clone(),
                             source,
                         })?;
-                    let metrics = self.sampler_families.for_processor(id, policies.names());
+                    let metrics = self.sampler_families.for_processor(
+                        id,
+                        policies.names(),
+                        &self.exporter_families.dropped_spans(),
+                    );
                     let (ingest, intake_closed) = TailSampler::start(
                         SamplerSettings::from(tail_sampling),
                         policies,

@@ -90,8 +90,22 @@ impl ReceiverMetricFamilies {
         })
     }
 
+    /// Creates the refusal series of one receiver at zero, so that alerts and dashboards
+    /// see them before the first refusal.
+    fn init_refusals(&self, id: &ComponentId, transport: Transport, signal: &str) {
+        for reason in PipelineError::REASON_LABELS {
+            self.refused_requests.with_label_values(&[
+                id.written.as_str(),
+                transport.label(),
+                signal,
+                reason,
+            ]);
+        }
+    }
+
     /// Handles bound to one receiver and transport, for traces.
     pub fn for_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
+        self.init_refusals(id, transport, "traces");
         let labels = [id.written.as_str(), transport.label()];
         ReceiverMetrics {
             accepted: self.accepted.with_label_values(&labels),
@@ -105,6 +119,7 @@ impl ReceiverMetricFamilies {
 
     /// Handles bound to one receiver and transport, for metrics (counting data points).
     pub fn for_metrics_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
+        self.init_refusals(id, transport, "metrics");
         let labels = [id.written.as_str(), transport.label()];
         ReceiverMetrics {
             accepted: self.accepted_points.with_label_values(&labels),

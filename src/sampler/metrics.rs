@@ -195,8 +195,14 @@ impl SamplerMetricFamilies {
         Ok(families)
     }
 
-    /// Handles for one tail_sampling processor and its policies (by index).
-    pub fn for_processor(&self, id: &ComponentId, policy_names: &[String]) -> SamplerMetrics {
+    /// Handles for one tail_sampling processor and its policies (by index); spans it loses
+    /// are also counted in `dropped_spans` (`tailgate_spans_dropped_total`).
+    pub fn for_processor(
+        &self,
+        id: &ComponentId,
+        policy_names: &[String],
+        dropped_spans: &IntCounterVec,
+    ) -> SamplerMetrics {
         let processor = id.written.as_str();
         let votes = policy_names
             .iter()
@@ -245,6 +251,7 @@ impl SamplerMetricFamilies {
                 spans(SpanOutcome::DroppedByPolicy),
                 spans(SpanOutcome::DroppedOnShutdown),
             ],
+            lost_on_shutdown: dropped_spans.with_label_values(&["pending_on_shutdown"]),
         }
     }
 }
@@ -267,6 +274,7 @@ pub struct SamplerMetrics {
     early: [IntCounter; 3],
     pub(super) decision_delay: Histogram,
     spans: [IntCounter; 4],
+    lost_on_shutdown: IntCounter,
 }
 
 impl SamplerMetrics {
@@ -275,6 +283,8 @@ impl SamplerMetrics {
         let registry = Registry::new();
         let families = SamplerMetricFamilies::register(&registry)
             .unwrap_or_else(|error| unreachable!("fresh registry: {error}"));
+        let dropped = IntCounterVec::new(Opts::new("dropped", "test"), &["reason"])
+            .unwrap_or_else(|error| unreachable!("valid metric: {error}"));
         families.for_processor(
             &ComponentId {
                 written: "tail_sampling".into(),
@@ -282,6 +292,7 @@ impl SamplerMetrics {
                 name: None,
             },
             policy_names,
+            &dropped,
         )
     }
 
@@ -310,7 +321,10 @@ impl SamplerMetrics {
             SpanOutcome::Sampled => 0,
             SpanOutcome::NotSampled => 1,
             SpanOutcome::DroppedByPolicy => 2,
-            SpanOutcome::DroppedOnShutdown => 3,
+            SpanOutcome::DroppedOnShutdown => {
+                self.lost_on_shutdown.inc_by(spans);
+                3
+            }
         };
         self.spans[index].inc_by(spans);
     }
