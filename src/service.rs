@@ -142,6 +142,7 @@ impl Gateway {
         }
 
         if let Some(listener) = metrics_listener {
+            tracing::info!(event = "telemetry.metrics.started", endpoint = %local_addr(&listener));
             telemetry_tasks.push(tokio::spawn(telemetry::serve_metrics(
                 listener,
                 registry.clone(),

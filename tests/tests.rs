@@ -5,6 +5,8 @@ mod bad_input;
 mod cli;
 mod export_retry;
 mod metrics_e2e;
+mod outage;
+mod overload;
 mod prometheus_e2e;
 mod remote_write;
 mod sampling;

@@ -29,6 +29,14 @@ pub enum SinkBehavior {
     /// Refuse (gRPC UNAVAILABLE / HTTP 503 with `Retry-After: 1`) until this long after
     /// the sink started, then accept.
     RefuseFor(Duration),
+    /// Answer each gRPC call only after `delay` (a slow backend) until `period` after the
+    /// sink started, then at once.
+    SlowFor {
+        /// How long the sink is slow.
+        period: Duration,
+        /// The delay of each answer meanwhile.
+        delay: Duration,
+    },
 }
 
 /// One span as received, with the resource and scope it arrived under.
@@ -58,7 +66,7 @@ struct State {
 impl State {
     fn refusing(&self) -> bool {
         match self.behavior {
-            SinkBehavior::Accept => false,
+            SinkBehavior::Accept | SinkBehavior::SlowFor { .. } => false,
             SinkBehavior::RefuseFor(period) => self.started.elapsed() < period,
         }
     }
@@ -115,6 +123,10 @@ pub struct OtlpSink {
     pub addr: SocketAddr,
     /// What it received.
     pub handle: SinkHandle,
+    server: Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    )>,
 }
 
 struct GrpcSinkService(Arc<State>);
@@ -125,6 +137,11 @@ impl TraceService for GrpcSinkService {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        if let SinkBehavior::SlowFor { period, delay } = self.0.behavior
+            && self.0.started.elapsed() < period
+        {
+            tokio::time::sleep(delay).await;
+        }
         if self.0.record(request.into_inner()) {
             Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
         } else {
@@ -143,20 +160,55 @@ impl OtlpSink {
             started: Instant::now(),
             recorded: Mutex::default(),
         });
-        let service = TraceServiceServer::new(GrpcSinkService(state.clone()))
-            .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-            .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
-            .max_decoding_message_size(64 << 20);
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
+        let server = Some(serve_grpc(listener, state.clone()));
         Self {
             addr,
             handle: SinkHandle(state),
+            server,
         }
     }
+
+    /// Stops listening (an outage): open connections are closed, new ones refused.
+    pub async fn stop(&mut self) {
+        if let Some((stop, task)) = self.server.take() {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+    }
+
+    /// Listens again on the same address, keeping what was received.
+    pub async fn resume(&mut self) {
+        if self.server.is_none() {
+            let listener = TcpListener::bind(self.addr).await.expect("rebind sink");
+            self.server = Some(serve_grpc(listener, self.handle.0.clone()));
+        }
+    }
+}
+
+fn serve_grpc(
+    listener: TcpListener,
+    state: Arc<State>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let service = TraceServiceServer::new(GrpcSinkService(state))
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .accept_compressed(tonic::codec::CompressionEncoding::Zstd)
+        .max_decoding_message_size(64 << 20);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stopped.await;
+                },
+            )
+            .await;
+    });
+    (stop, task)
 }
 
 /// The OTLP/HTTP sink (`POST /v1/traces`, protobuf, gzip or zstd or none).
