@@ -8,6 +8,7 @@ mod metrics_e2e;
 mod outage;
 mod overload;
 mod prometheus_e2e;
+mod pushback;
 mod remote_write;
 mod sampling;
 mod sdk_e2e;

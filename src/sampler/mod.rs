@@ -333,7 +333,9 @@ impl TailSampler {
                 .extend(late);
             wake = true;
         }
-        if self.traces_held() > self.settings.num_traces || self.budget.under_pressure() {
+        let over =
+            !self.settings.block_on_overflow && self.traces_held() > self.settings.num_traces;
+        if over || self.budget.under_pressure() {
             wake = true;
         }
         self.publish_gauges();
@@ -450,7 +452,12 @@ impl TailSampler {
     /// target (estimated from the average trace's footprint).
     fn early_decisions_needed(&self) -> (usize, EarlyReason) {
         let held = self.traces_held();
-        let over_count = held.saturating_sub(self.settings.num_traces);
+        // With block_on_overflow, num_traces refuses intake instead (see `check_room`).
+        let over_count = if self.settings.block_on_overflow {
+            0
+        } else {
+            held.saturating_sub(self.settings.num_traces)
+        };
         let excess_bytes = self.budget.excess().min(self.bytes_held());
         let for_memory = if excess_bytes > 0 && held > 0 {
             let average = (self.bytes_held() / held).max(1);

@@ -305,6 +305,32 @@ async fn decides_oldest_early_over_num_traces() {
     );
 }
 
+/// Scenario: num_traces is 3 with block_on_overflow, and 5 traces arrive in one request.
+/// Guarantees: nothing is decided early; further intake is refused retryably until the
+/// traces are decided at their deadline, then admitted again.
+#[tokio::test(start_paused = true)]
+async fn block_on_overflow_refuses_instead_of_deciding_early() {
+    let mut config = settings();
+    config.num_traces = 3;
+    config.block_on_overflow = true;
+    let mut h = Harness::start(config, 100.0);
+    let spans: Vec<TestSpan> = (0..5u64)
+        .map(|t| span(trace_with_randomness(t + 1, t), 1, None))
+        .collect();
+    h.send(spans);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(h.drain().is_empty(), "nothing decided early");
+    let ingest = h.ingest.as_ref().expect("running");
+    let refused = ingest.check_room().expect_err("full");
+    assert!(refused.is_retryable());
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(h.drain().len(), 5, "decided at the deadline");
+    assert!(
+        h.ingest.as_ref().expect("running").check_room().is_ok(),
+        "room again"
+    );
+}
+
 /// Scenario: a memory budget with a soft limit of 64 KiB, and 200 traces of ~1 KiB each
 /// arriving 10ms apart, none due for 30s.
 /// Guarantees: the sampler decides its oldest traces early (counted as memory pressure)

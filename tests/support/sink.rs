@@ -111,6 +111,11 @@ impl SinkHandle {
         self.0.recorded.lock().expect("sink lock").spans.len()
     }
 
+    /// How many calls were accepted.
+    pub fn accepted_calls(&self) -> usize {
+        self.0.recorded.lock().expect("sink lock").accepted_calls
+    }
+
     /// How many calls were refused.
     pub fn refused_calls(&self) -> usize {
         self.0.recorded.lock().expect("sink lock").refused_calls
