@@ -1,6 +1,8 @@
 //! The `prometheusremotewrite` exporter: the remote-write compliance cases (prometheus/
 //! compliance `remote_write_sender`) against a receiver built from the official protos, and
-//! end to end against a real Prometheus server, including a 30 s outage.
+//! end to end against a real Prometheus server, including a 30 s outage; and remote write
+//! 2.0 (`protobuf_message: io.prometheus.write.v2.Request`): its encoding, partial writes and
+//! the fallback to 1.0, against the mock receiver and Prometheus 2.42.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
 
@@ -10,10 +12,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
-    AggregationTemporality, ExponentialHistogram, ExponentialHistogramDataPoint, Gauge, Histogram,
-    HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, Summary,
-    SummaryDataPoint, exponential_histogram_data_point::Buckets, metric::Data, number_data_point,
-    summary_data_point::ValueAtQuantile,
+    AggregationTemporality, Exemplar, ExponentialHistogram, ExponentialHistogramDataPoint, Gauge,
+    Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    Summary, SummaryDataPoint, exemplar, exponential_histogram_data_point::Buckets, metric::Data,
+    number_data_point, summary_data_point::ValueAtQuantile,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prometheus::{Encoder, Registry, TextEncoder};
@@ -26,7 +28,7 @@ use tailgate::pipeline::MetricsBatch;
 use tokio::time::Instant;
 
 use crate::support::metric_value;
-use crate::support::prometheus::{Answer, Prometheus, RwReceiver};
+use crate::support::prometheus::{Answer, Prometheus, Received, RwReceiver, V2Support, v2_labels};
 
 const CUMULATIVE: i32 = AggregationTemporality::Cumulative as i32;
 const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
@@ -572,6 +574,7 @@ async fn retry_after_and_bounded_retries() {
         status: 429,
         body: "slow down",
         retry_after: Some("1"),
+        written: None,
     }]);
     let h = Harness::start(&receiver.url(), "");
     // One series (no resource, so no target_info): one shard, one request and its retry.
@@ -705,6 +708,404 @@ async fn shutdown_drains() {
         .export(MetricsBatch::new(request(vec![]).encode_to_vec().into(), 0))
         .await;
     assert!(refused.is_err());
+}
+
+// === remote write 2.0 against a mock receiver ===
+
+const V2: &str = "    protobuf_message: io.prometheus.write.v2.Request";
+const V2_ONE_SHARD: &str = "    protobuf_message: io.prometheus.write.v2.Request\n    remote_write_queue:\n      num_consumers: 1";
+
+fn header<'a>(r: &'a Received, name: &str) -> Option<&'a str> {
+    r.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn is_v2(r: &Received) -> bool {
+    header(r, "content-type") == Some("application/x-protobuf;proto=io.prometheus.write.v2.Request")
+}
+
+/// Three exports, a second apart, of a counter (two points per export, one with an exemplar
+/// naming a trace), a gauge with attributes, an explicit histogram, a summary and an
+/// exponential histogram, from a resource that yields `target_info`.
+fn mixed_exports(start: i64) -> Vec<ExportMetricsServiceRequest> {
+    (0..3)
+        .map(|i| {
+            let ts = start + i * 1000;
+            let mut first = number(ts, (2 * i) as f64, vec![kv("route", "/a")]);
+            first.exemplars = vec![Exemplar {
+                time_unix_nano: ts as u64 * 1_000_000,
+                value: Some(exemplar::Value::AsDouble(0.25)),
+                trace_id: vec![0xab; 16],
+                span_id: vec![0xcd; 8],
+                ..Exemplar::default()
+            }];
+            let second = number(ts + 500, (2 * i + 1) as f64, vec![kv("route", "/a")]);
+            let mut requests = metric("requests", counter(vec![second, first]));
+            requests.description = "Requests served.".to_owned();
+            let mut latency = metric(
+                "latency",
+                Data::Histogram(Histogram {
+                    data_points: vec![HistogramDataPoint {
+                        time_unix_nano: ts as u64 * 1_000_000,
+                        count: 2 + i as u64,
+                        sum: Some(3.0),
+                        bucket_counts: vec![1, 1 + i as u64, 0],
+                        explicit_bounds: vec![1.0, 2.0],
+                        ..HistogramDataPoint::default()
+                    }],
+                    aggregation_temporality: CUMULATIVE,
+                }),
+            );
+            latency.unit = "s".to_owned();
+            let summary = Data::Summary(Summary {
+                data_points: vec![SummaryDataPoint {
+                    time_unix_nano: ts as u64 * 1_000_000,
+                    count: 3,
+                    sum: 6.0,
+                    quantile_values: vec![ValueAtQuantile {
+                        quantile: 0.5,
+                        value: 2.0,
+                    }],
+                    ..SummaryDataPoint::default()
+                }],
+            });
+            request(vec![
+                requests,
+                metric(
+                    "temperature",
+                    gauge(vec![number(ts, 20.0 + i as f64, vec![kv("room", "ü 1")])]),
+                ),
+                latency,
+                metric("summary", summary),
+                metric("sizes", exp_histogram(ts)),
+            ])
+        })
+        .collect()
+}
+
+/// Every accepted series as `key → [(timestamp, value bits)]`, samples in arrival order,
+/// with native histograms as `(timestamp, count)` and exemplars as `(timestamp, labels)`.
+type Content = BTreeMap<String, (Vec<(i64, u64)>, Vec<(i64, u64)>, Vec<String>)>;
+
+fn content(receiver: &RwReceiver) -> Content {
+    let mut out: Content = BTreeMap::new();
+    for series in receiver.accepted_series() {
+        let entry = out.entry(key(&series)).or_default();
+        entry.0.extend(
+            series
+                .samples
+                .iter()
+                .map(|p| (p.timestamp, p.value.to_bits())),
+        );
+        entry.1.extend(series.histograms.iter().map(|h| {
+            let count = match h.count {
+                Some(tailgate::exporter::remote_write::prompb::histogram::Count::CountInt(n)) => n,
+                _ => u64::MAX,
+            };
+            (h.timestamp, count)
+        }));
+        entry.2.extend(series.exemplars.iter().map(|e| {
+            let labels: Vec<String> = e
+                .labels
+                .iter()
+                .map(|l| format!("{}={}", l.name, l.value))
+                .collect();
+            format!("{}@{}:{}", e.value, e.timestamp, labels.join(","))
+        }));
+    }
+    out
+}
+
+/// Scenario: the same mixed exports (counter with exemplars, gauge, histogram, summary,
+/// exponential histogram, `target_info`) through a 1.0 exporter and a 2.0 exporter, each to
+/// its own receiver; the 2.0 receiver decodes `io.prometheus.write.v2.Request` and answers
+/// with `*-Written` headers.
+/// Guarantees: every 2.0 request carries `Content-Type:
+/// application/x-protobuf;proto=io.prometheus.write.v2.Request`, `Content-Encoding: snappy`,
+/// `X-Prometheus-Remote-Write-Version: 2.0.0` and a tailgate `User-Agent`, in the snappy
+/// block format; `symbols[0]` is `""`, symbols are unique, every ref is valid and label refs
+/// come in pairs sorted by name; no series has both samples and histograms; every series has
+/// metadata with a type (the counter `COUNTER` with its help, the histogram's series
+/// `HISTOGRAM` with unit `seconds`); the label sets, samples (in timestamp order per
+/// series), the native histograms and the exemplars (with `trace_id`) decode to exactly what
+/// the 1.0 exporter sent; nothing falls back or fails.
+#[tokio::test]
+async fn v2_carries_what_v1_carries() {
+    let v1_receiver = RwReceiver::start().await;
+    let v2_receiver = RwReceiver::start().await;
+    let v1 = Harness::start(&v1_receiver.url(), "");
+    let v2 = Harness::start(&v2_receiver.url(), V2);
+    let start = now_ms() - 5000;
+    for export in mixed_exports(start) {
+        v1.export(&export).await;
+        v2.export(&export).await;
+    }
+    // Everything sent: the last summary and all six counter samples, at both receivers.
+    for r in [&v1_receiver, &v2_receiver] {
+        let done = |_: &[Received]| {
+            samples(r, "summary_count", &[]).len() == 3
+                && samples(r, "requests_total", &[]).len() == 6
+        };
+        assert!(r.wait_for(WAIT, done).await);
+    }
+    // Every point accounted for (sent) by both exporters: nothing is still in flight.
+    let deadline = Instant::now() + WAIT;
+    while [&v1, &v2]
+        .iter()
+        .any(|h| h.metric("otelcol_exporter_sent_metric_points_total", &[]) < 18.0)
+    {
+        assert!(Instant::now() < deadline, "not all points sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let received = v2_receiver.received();
+    assert!(!received.is_empty());
+    for r in &received {
+        assert!(is_v2(r), "{:?}", r.headers);
+        assert_eq!(header(r, "content-encoding"), Some("snappy"));
+        assert_eq!(
+            header(r, "x-prometheus-remote-write-version"),
+            Some("2.0.0")
+        );
+        assert!(header(r, "user-agent").unwrap().starts_with("tailgate/"));
+        assert!(
+            !r.body.starts_with(b"\xff\x06\x00\x00sNaPpY"),
+            "framed snappy"
+        );
+        assert_eq!(r.status, 204);
+        let request = r.request_v2.as_ref().expect("a v2 Request");
+        assert_eq!(request.symbols[0], "");
+        let mut unique = request.symbols.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), request.symbols.len(), "symbols deduplicated");
+        for series in &request.timeseries {
+            assert!(
+                series
+                    .labels_refs
+                    .iter()
+                    .all(|&i| (i as usize) < request.symbols.len())
+            );
+            let labels = v2_labels(request, &series.labels_refs);
+            let names: Vec<&str> = labels.iter().map(|l| l.name.as_str()).collect();
+            let mut sorted = names.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(names, sorted);
+            assert!(series.samples.is_empty() != series.histograms.is_empty());
+            for e in &series.exemplars {
+                assert_eq!(e.labels_refs.len() % 2, 0);
+                assert!(e.timestamp != 0);
+            }
+            let metadata = series.metadata.expect("metadata");
+            assert_ne!(metadata.r#type, 0, "type of {labels:?}");
+            let name = &labels.iter().find(|l| l.name == "__name__").unwrap().value;
+            let help = &request.symbols[metadata.help_ref as usize];
+            let unit = &request.symbols[metadata.unit_ref as usize];
+            match name.as_str() {
+                "requests_total" => {
+                    assert_eq!(metadata.r#type, 1);
+                    assert_eq!(help, "Requests served.");
+                }
+                "latency_seconds_bucket" | "latency_seconds_count" => {
+                    assert_eq!(metadata.r#type, 3);
+                    assert_eq!(unit, "seconds");
+                }
+                "sizes" => assert_eq!(metadata.r#type, 3),
+                _ => {}
+            }
+        }
+    }
+    let via_v1 = content(&v1_receiver);
+    let via_v2 = content(&v2_receiver);
+    assert_eq!(via_v1, via_v2);
+    let counter = &via_v2[r#"requests_total{instance="127.0.0.1:9999",job="test",otel_scope_name="compliance",route="/a"}"#];
+    let timestamps: Vec<i64> = counter.0.iter().map(|(t, _)| *t).collect();
+    let expected: Vec<i64> = (0..3)
+        .flat_map(|i| [start + i * 1000, start + i * 1000 + 500])
+        .collect();
+    assert_eq!(timestamps, expected, "in order");
+    assert_eq!(counter.2.len(), 3);
+    assert!(
+        counter.2[0].contains(&format!("trace_id={}", "ab".repeat(16))),
+        "{:?}",
+        counter.2
+    );
+    let sizes = via_v2
+        .iter()
+        .find(|(k, _)| k.starts_with("sizes{"))
+        .expect("native histogram");
+    assert_eq!(
+        sizes.1.1,
+        vec![(start, 6), (start + 1000, 6), (start + 2000, 6)]
+    );
+    assert!(via_v2.keys().any(|k| k.starts_with("target_info{")));
+    for h in [&v1, &v2] {
+        assert_eq!(
+            h.metric("otelcol_exporter_sent_metric_points_total", &[]),
+            18.0
+        );
+        assert_eq!(
+            h.metric("otelcol_exporter_send_failed_metric_points_total", &[]),
+            0.0
+        );
+    }
+    assert_eq!(
+        v2.metric("tailgate_remote_write_protocol_fallbacks_total", &[]),
+        0.0
+    );
+}
+
+/// Scenario: a 2.0 receiver that refuses the message (415), and one that behaves like a
+/// 1.x receiver (decodes the body as an empty 1.0 request and answers 204 without
+/// `*-Written` headers, as Prometheus 2.42 does); one shard; four exports of two series.
+/// Guarantees: only the first request goes out as 2.0; it is sent again at once as 1.0
+/// (`Content-Type: application/x-protobuf`, version `0.1.0`), and every later request is
+/// 1.0; every sample arrives exactly once, in order; the fallback is counted once and no
+/// point is counted as failed.
+#[tokio::test]
+async fn v2_falls_back_to_v1() {
+    for support in [V2Support::Refuse415, V2Support::Legacy] {
+        let receiver = RwReceiver::start().await;
+        receiver.v2_support(support);
+        let h = Harness::start(&receiver.url(), V2_ONE_SHARD);
+        let start = now_ms() - 5000;
+        for i in 0..4 {
+            let ts = start + i * 100;
+            h.export(&request_with(
+                vec![],
+                vec![metric(
+                    "g",
+                    gauge(vec![
+                        number(ts, i as f64, vec![kv("k", "a")]),
+                        number(ts, i as f64, vec![kv("k", "b")]),
+                    ]),
+                )],
+            ))
+            .await;
+        }
+        let all = |_: &[Received]| samples(&receiver, "g", &[]).len() >= 8;
+        assert!(receiver.wait_for(WAIT, all).await, "{support:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let received = receiver.received();
+        assert!(is_v2(&received[0]), "{support:?}");
+        for r in &received[1..] {
+            assert!(!is_v2(r), "{support:?}: later requests are 1.0");
+            assert_eq!(header(r, "content-type"), Some("application/x-protobuf"));
+            assert_eq!(
+                header(r, "x-prometheus-remote-write-version"),
+                Some("0.1.0")
+            );
+            assert!((200..300).contains(&r.status));
+        }
+        // The 1.x-like receiver accepted the 2.0 body as an empty 1.0 request: nothing of it
+        // counts as received.
+        assert!(
+            received[0]
+                .request
+                .as_ref()
+                .is_none_or(|q| q.timeseries.is_empty())
+        );
+        for k in ["a", "b"] {
+            let got: Vec<(i64, f64)> = samples(&receiver, "g", &[("k", k)]);
+            let expected: Vec<(i64, f64)> = (0..4).map(|i| (start + i * 100, i as f64)).collect();
+            assert_eq!(got, expected, "{support:?} k={k}: once each, in order");
+        }
+        assert_eq!(
+            h.metric("tailgate_remote_write_protocol_fallbacks_total", &[]),
+            1.0,
+            "{support:?}"
+        );
+        assert_eq!(
+            h.metric("otelcol_exporter_sent_metric_points_total", &[]),
+            8.0
+        );
+        assert_eq!(
+            h.metric("otelcol_exporter_send_failed_metric_points_total", &[]),
+            0.0
+        );
+    }
+}
+
+/// Scenario: a 2.0 receiver answers 204 but reports writing 1 of the 2 samples (and 0 of 1
+/// exemplar) of a request holding two gauge series, one with an exemplar-less counter
+/// point; then a normal answer.
+/// Guarantees: the request is not retried; one of its two points is counted as failed
+/// with reason `partial_success` and the other as sent; the unwritten sample and exemplar
+/// are counted by kind; no fallback; the next request is still 2.0.
+#[tokio::test]
+async fn v2_partial_write_is_counted_not_retried() {
+    let receiver = RwReceiver::start().await;
+    receiver.script([Answer {
+        written: Some([1, 0, 0]),
+        ..Answer::ok()
+    }]);
+    let h = Harness::start(&receiver.url(), V2_ONE_SHARD);
+    let ts = now_ms() - 1000;
+    let mut with_exemplar = number(ts, 1.0, vec![kv("k", "a")]);
+    with_exemplar.exemplars = vec![Exemplar {
+        time_unix_nano: ts as u64 * 1_000_000,
+        value: Some(exemplar::Value::AsDouble(1.0)),
+        trace_id: vec![1; 16],
+        ..Exemplar::default()
+    }];
+    h.export(&request_with(
+        vec![],
+        vec![metric(
+            "c",
+            counter(vec![with_exemplar, number(ts, 2.0, vec![kv("k", "b")])]),
+        )],
+    ))
+    .await;
+    assert!(receiver.wait_for(WAIT, |r| r.len() == 1).await);
+    h.export(&request_with(
+        vec![],
+        vec![metric(
+            "c",
+            counter(vec![number(ts + 1000, 3.0, vec![kv("k", "a")])]),
+        )],
+    ))
+    .await;
+    assert!(receiver.wait_for(WAIT, |r| r.len() == 2).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let received = receiver.received();
+    assert_eq!(received.len(), 2, "not retried");
+    assert!(received.iter().all(is_v2));
+    let failed = |reason: &str| {
+        h.metric(
+            "otelcol_exporter_send_failed_metric_points_total",
+            &[&format!(r#"reason="{reason}""#)],
+        )
+    };
+    assert_eq!(failed("partial_success"), 1.0);
+    assert_eq!(
+        h.metric("otelcol_exporter_sent_metric_points_total", &[]),
+        2.0
+    );
+    assert_eq!(
+        h.metric(
+            "tailgate_remote_write_unwritten_total",
+            &[r#"kind="samples""#]
+        ),
+        1.0
+    );
+    assert_eq!(
+        h.metric(
+            "tailgate_remote_write_unwritten_total",
+            &[r#"kind="exemplars""#]
+        ),
+        1.0
+    );
+    assert_eq!(
+        h.metric(
+            "tailgate_remote_write_unwritten_total",
+            &[r#"kind="histograms""#]
+        ),
+        0.0
+    );
+    assert_eq!(
+        h.metric("tailgate_remote_write_protocol_fallbacks_total", &[]),
+        0.0
+    );
 }
 
 // === against a real Prometheus ===
@@ -847,6 +1248,64 @@ async fn prometheus_receives_every_type() {
     assert_eq!(info[0].1, 1.0);
     assert_eq!(info[0].0["job"], "shop/api");
     assert_eq!(info[0].0["instance"], "pod-1");
+    assert_eq!(
+        h.metric("otelcol_exporter_send_failed_metric_points_total", &[]),
+        0.0
+    );
+}
+
+/// Scenario: `protobuf_message: io.prometheus.write.v2.Request` against Prometheus 2.42,
+/// which answers a 2.0 request 204 without `*-Written` headers and stores nothing; a counter
+/// and an exponential histogram, then a second export of the counter.
+/// Guarantees: the exporter falls back to 1.0 (counted once) and the data is queryable:
+/// `v2_requests_total` is 1 then 2 and the native histogram's count is 6; no point is counted
+/// as failed.
+#[tokio::test]
+async fn prometheus_v2_falls_back_and_is_queryable() {
+    let prometheus = Prometheus::start().await;
+    let h = Harness::start(&prometheus.write_url(), V2);
+    let ts = now_ms() - 2000;
+    h.export(&request_with(
+        vec![kv("service.name", "v2")],
+        vec![
+            metric("v2.requests", counter(vec![number(ts, 1.0, vec![])])),
+            metric("v2.sizes", exp_histogram(ts)),
+        ],
+    ))
+    .await;
+    let at = Some(ts as f64 / 1000.0 + 0.5);
+    let deadline = Instant::now() + WAIT;
+    while prometheus.value("v2_requests_total", at).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing arrived; log:\n{}",
+            prometheus.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.export(&request_with(
+        vec![kv("service.name", "v2")],
+        vec![metric(
+            "v2.requests",
+            counter(vec![number(ts + 1000, 2.0, vec![])]),
+        )],
+    ))
+    .await;
+    let later = Some(ts as f64 / 1000.0 + 1.5);
+    let deadline = Instant::now() + WAIT;
+    while prometheus.value("v2_requests_total", later).await != Some(2.0) {
+        assert!(Instant::now() < deadline, "second export missing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(prometheus.value("v2_requests_total", at).await, Some(1.0));
+    assert_eq!(
+        prometheus.value("histogram_count(v2_sizes)", at).await,
+        Some(6.0)
+    );
+    assert_eq!(
+        h.metric("tailgate_remote_write_protocol_fallbacks_total", &[]),
+        1.0
+    );
     assert_eq!(
         h.metric("otelcol_exporter_send_failed_metric_points_total", &[]),
         0.0

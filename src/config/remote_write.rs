@@ -19,11 +19,11 @@ pub(crate) const RESERVED_HEADERS: [&str; 4] = [
     "user-agent",
 ];
 
-/// The only `protobuf_message` implemented.
+/// The remote-write 1.0 message name (the default `protobuf_message`).
 pub(crate) const MESSAGE_V1: &str = "prometheus.WriteRequest";
 
-/// The remote-write 2.0 message name (refused with a message).
-const MESSAGE_V2: &str = "io.prometheus.write.v2.Request";
+/// The remote-write 2.0 message name.
+pub(crate) const MESSAGE_V2: &str = "io.prometheus.write.v2.Request";
 
 /// `exporters.prometheusremotewrite`.
 pub(crate) fn exporter(
@@ -167,17 +167,11 @@ pub(crate) fn exporter(
     let protobuf_message = match exporter.string(problems, "protobuf_message") {
         None => RemoteWriteMessage::V1,
         Some(text) if text.is_empty() || text == MESSAGE_V1 => RemoteWriteMessage::V1,
-        Some(text) if text == MESSAGE_V2 => {
-            problems.add(
-                exporter.key_path("protobuf_message"),
-                format!("{MESSAGE_V2:?} (remote write 2.0) is not supported yet by this version of tailgate; use {MESSAGE_V1:?}"),
-            );
-            RemoteWriteMessage::V1
-        }
+        Some(text) if text == MESSAGE_V2 => RemoteWriteMessage::V2,
         Some(text) => {
             problems.add(
                 exporter.key_path("protobuf_message"),
-                format!("unknown message {text:?} (supported: {MESSAGE_V1})"),
+                format!("unknown message {text:?} (supported: {MESSAGE_V1}, {MESSAGE_V2})"),
             );
             RemoteWriteMessage::V1
         }
@@ -297,7 +291,7 @@ exporters:
     }
 
     /// Scenario: a missing endpoint, a reserved header, an invalid and an empty external
-    /// label, gzip compression, the RW 2.0 message, zero consumers, and the exporter in a
+    /// label, gzip compression, an unknown message, zero consumers, and the exporter in a
     /// traces pipeline.
     /// Guarantees: each is reported with its full path.
     #[test]
@@ -312,7 +306,7 @@ exporters:
       9lives: x
       cluster: ''
     compression: gzip
-    protobuf_message: io.prometheus.write.v2.Request
+    protobuf_message: io.prometheus.write.v3.Request
     remote_write_queue:
       num_consumers: 0
 service:
@@ -328,7 +322,7 @@ service:
             "exporters.prometheusremotewrite/bad.external_labels.9lives: invalid label name",
             "exporters.prometheusremotewrite/bad.external_labels.cluster: a label value must not be empty",
             "exporters.prometheusremotewrite/bad.compression: unsupported compression",
-            "exporters.prometheusremotewrite/bad.protobuf_message:",
+            "exporters.prometheusremotewrite/bad.protobuf_message: unknown message",
             "exporters.prometheusremotewrite/bad.remote_write_queue.num_consumers: must be at least 1",
             "service.pipelines.traces.exporters: \"prometheusremotewrite/bad\" exports metrics only",
         ] {
@@ -380,5 +374,29 @@ exporters:
         assert_eq!(rw.headers["X-Scope-OrgID"], "tenant-$1");
         assert_eq!(rw.retry_on_failure.max_elapsed_time, None);
         assert!(!rw.remote_write_queue.enabled);
+    }
+
+    /// Scenario: `protobuf_message: io.prometheus.write.v2.Request`, loaded and rendered.
+    /// Guarantees: it selects remote write 2.0 and survives a render round trip.
+    #[test]
+    fn remote_write_2_message() {
+        let config = load(
+            "
+exporters:
+  prometheusremotewrite:
+    endpoint: http://prometheus:9090/api/v1/write
+    protobuf_message: io.prometheus.write.v2.Request
+",
+        )
+        .unwrap();
+        let rw = remote_write(&config, "prometheusremotewrite");
+        assert_eq!(rw.protobuf_message, super::RemoteWriteMessage::V2);
+        let text = render(&config);
+        assert!(
+            text.contains(r#"protobuf_message: "io.prometheus.write.v2.Request""#),
+            "{text}"
+        );
+        let again = load_str_with_env(&[&text], &no_env).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(again, config);
     }
 }

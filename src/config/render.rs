@@ -551,6 +551,7 @@ fn remote_write_exporter(out: &mut Out, rw: &RemoteWriteConfig) {
     render_retry(out, &rw.retry_on_failure);
     let message = match rw.protobuf_message {
         RemoteWriteMessage::V1 => super::remote_write::MESSAGE_V1,
+        RemoteWriteMessage::V2 => super::remote_write::MESSAGE_V2,
     };
     out.string(2, "protobuf_message", message);
     out.plain(2, "compression", "snappy");

@@ -394,7 +394,10 @@ pub struct RemoteWriteConfig {
     pub remote_write_queue: QueueConfig,
     /// `retry_on_failure` (defaults: 50ms initial, 200ms max interval, 1m max elapsed).
     pub retry_on_failure: RetryConfig,
-    /// `protobuf_message` (default `prometheus.WriteRequest`).
+    /// `protobuf_message` (default `prometheus.WriteRequest`): the remote-write version.
+    /// With `io.prometheus.write.v2.Request`, every series carries its metadata whatever
+    /// `send_metadata` says, and a receiver that does not support 2.0 makes the exporter
+    /// fall back to 1.0 for the rest of its life.
     pub protobuf_message: RemoteWriteMessage,
 }
 
@@ -403,6 +406,9 @@ pub struct RemoteWriteConfig {
 pub enum RemoteWriteMessage {
     /// `prometheus.WriteRequest`: remote-write 1.0.
     V1,
+    /// `io.prometheus.write.v2.Request`: remote-write 2.0, falling back to 1.0 when the
+    /// receiver does not support it.
+    V2,
 }
 
 /// `exporters.otlp` and `exporters.otlphttp`: one shape, two transports.

@@ -1,7 +1,8 @@
 //! The Prometheus side of the remote-write tests: a mock receiver built from the official
-//! `remote.proto` (snappy block format + prost `WriteRequest`), recording every request with
-//! its headers and answering as scripted; and a real `prometheus` server (Debian package)
-//! started on a free loopback port, queried over its HTTP API.
+//! protos (snappy block format + prost `WriteRequest`, or `io.prometheus.write.v2.Request`
+//! when the `Content-Type` says so), recording every request with its headers and answering
+//! as scripted; and a real `prometheus` server (Debian package) started on a free loopback
+//! port, queried over its HTTP API.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
 
@@ -15,7 +16,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use prost::Message;
-use tailgate::exporter::remote_write::prompb::WriteRequest;
+use tailgate::exporter::remote_write::prompb::{self, WriteRequest};
+use tailgate::exporter::remote_write::writev2;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -30,6 +32,9 @@ pub struct Answer {
     pub body: &'static str,
     /// `Retry-After` header value, if any.
     pub retry_after: Option<&'static str>,
+    /// `X-Prometheus-Remote-Write-{Samples,Histograms,Exemplars}-Written` to send in place
+    /// of the counts of what was received (2.0 requests only).
+    pub written: Option<[u64; 3]>,
 }
 
 impl Answer {
@@ -44,8 +49,23 @@ impl Answer {
             status,
             body,
             retry_after: None,
+            written: None,
         }
     }
+}
+
+/// How the receiver treats a remote-write 2.0 request (by its `Content-Type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum V2Support {
+    /// Decodes it and answers with `*-Written` headers counting what it received, as
+    /// Prometheus 2.54 and later do.
+    #[default]
+    Accept,
+    /// Answers 415 Unsupported Media Type, as a receiver configured for 1.0 only does.
+    Refuse415,
+    /// Ignores the headers and decodes the body as 1.0 (an empty request), answering 204
+    /// without `*-Written` headers, as Prometheus 2.42 does.
+    Legacy,
 }
 
 /// One request as received.
@@ -57,8 +77,13 @@ pub struct Received {
     pub headers: http::HeaderMap,
     /// The raw (compressed) body.
     pub body: Bytes,
-    /// The body, snappy-block-decoded and parsed; `None` when it was not valid.
+    /// The body, snappy-block-decoded and parsed; `None` when it was not valid. A 2.0
+    /// request the receiver accepted is given here converted to 1.0 (labels resolved from
+    /// the symbols, each 2.0 series one 1.0 series, metadata left out) so that checks on
+    /// series work for both protocols.
     pub request: Option<WriteRequest>,
+    /// The body as a 2.0 request, when it was sent as one and the receiver decoded it.
+    pub request_v2: Option<writev2::Request>,
     /// What the receiver answered.
     pub status: u16,
 }
@@ -66,6 +91,7 @@ pub struct Received {
 #[derive(Default)]
 struct RwState {
     script: Mutex<VecDeque<Answer>>,
+    v2: Mutex<V2Support>,
     /// Longest random delay before answering (0 = none).
     max_delay: Mutex<Duration>,
     received: Mutex<Vec<Received>>,
@@ -119,6 +145,11 @@ impl RwReceiver {
         self.state.script.lock().unwrap().extend(answers);
     }
 
+    /// Sets how 2.0 requests are treated from now on.
+    pub fn v2_support(&self, support: V2Support) {
+        *self.state.v2.lock().unwrap() = support;
+    }
+
     /// Sleeps a random 0..`max` before answering each request.
     pub fn delay_up_to(&self, max: Duration) {
         *self.state.max_delay.lock().unwrap() = max;
@@ -168,23 +199,54 @@ async fn answer(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    let decoded = snap::raw::Decoder::new()
-        .decompress_vec(&body)
-        .ok()
-        .and_then(|raw| WriteRequest::decode(raw.as_slice()).ok());
+    let is_v2 = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("proto=io.prometheus.write.v2.Request"));
+    let support = *state.v2.lock().unwrap();
+    let raw = snap::raw::Decoder::new().decompress_vec(&body).ok();
+    let (decoded, decoded_v2) = match (is_v2, support) {
+        (true, V2Support::Accept) => {
+            let v2 = raw.and_then(|raw| writev2::Request::decode(raw.as_slice()).ok());
+            (v2.as_ref().map(v2_as_v1), v2)
+        }
+        (true, V2Support::Refuse415) => (None, None),
+        _ => (
+            raw.and_then(|raw| WriteRequest::decode(raw.as_slice()).ok()),
+            None,
+        ),
+    };
     let scripted = state.script.lock().unwrap().pop_front();
     let answer = scripted.unwrap_or_else(|| {
-        if decoded.is_some() {
+        if is_v2 && support == V2Support::Refuse415 {
+            Answer::status(
+                415,
+                "prometheus.WriteRequest protobuf message is the only one accepted",
+            )
+        } else if decoded.is_some() {
             Answer::ok()
         } else {
             Answer::status(400, "snappy: corrupt input")
         }
+    });
+    let written = decoded_v2.as_ref().map(|r| {
+        answer.written.unwrap_or_else(|| {
+            let count = |f: fn(&writev2::TimeSeries) -> usize| {
+                r.timeseries.iter().map(f).sum::<usize>() as u64
+            };
+            [
+                count(|s| s.samples.len()),
+                count(|s| s.histograms.len()),
+                count(|s| s.exemplars.len()),
+            ]
+        })
     });
     state.received.lock().unwrap().push(Received {
         at,
         headers,
         body,
         request: decoded,
+        request_v2: decoded_v2,
         status: answer.status,
     });
     let max_delay = *state.max_delay.lock().unwrap();
@@ -196,9 +258,63 @@ async fn answer(
     if let Some(retry_after) = answer.retry_after {
         response = response.header("retry-after", retry_after);
     }
+    if let Some([samples, histograms, exemplars]) = written {
+        response = response
+            .header("x-prometheus-remote-write-samples-written", samples)
+            .header("x-prometheus-remote-write-histograms-written", histograms)
+            .header("x-prometheus-remote-write-exemplars-written", exemplars);
+    }
     response
         .body(Full::new(Bytes::from_static(answer.body.as_bytes())))
         .unwrap()
+}
+
+/// The labels of `refs` (name, value pairs of symbol indexes).
+pub fn v2_labels(request: &writev2::Request, refs: &[u32]) -> Vec<prompb::Label> {
+    assert_eq!(refs.len() % 2, 0, "odd labels_refs");
+    refs.chunks(2)
+        .map(|pair| prompb::Label {
+            name: request.symbols[pair[0] as usize].clone(),
+            value: request.symbols[pair[1] as usize].clone(),
+        })
+        .collect()
+}
+
+/// A 2.0 request as 1.0 series. Histograms convert by re-encoding: 2.0 kept the 1.0 field
+/// numbers 1–15 and 1.0 skips the new ones.
+fn v2_as_v1(request: &writev2::Request) -> WriteRequest {
+    WriteRequest {
+        timeseries: request
+            .timeseries
+            .iter()
+            .map(|s| prompb::TimeSeries {
+                labels: v2_labels(request, &s.labels_refs),
+                samples: s
+                    .samples
+                    .iter()
+                    .map(|p| prompb::Sample {
+                        value: p.value,
+                        timestamp: p.timestamp,
+                    })
+                    .collect(),
+                exemplars: s
+                    .exemplars
+                    .iter()
+                    .map(|e| prompb::Exemplar {
+                        labels: v2_labels(request, &e.labels_refs),
+                        value: e.value,
+                        timestamp: e.timestamp,
+                    })
+                    .collect(),
+                histograms: s
+                    .histograms
+                    .iter()
+                    .map(|h| prompb::Histogram::decode(h.encode_to_vec().as_slice()).unwrap())
+                    .collect(),
+            })
+            .collect(),
+        metadata: Vec::new(),
+    }
 }
 
 // === real Prometheus ===

@@ -6,7 +6,10 @@
 //! the span counters. Queue size and capacity, in-flight requests and
 //! `tailgate_exporter_retries_total` are the trace exporters' families, shared (one registry
 //! holds each family once). Translation refusals are counted apart, in
-//! `tailgate_remote_write_dropped_data_points_total{exporter,reason}`.
+//! `tailgate_remote_write_dropped_data_points_total{exporter,reason}`; with remote write 2.0,
+//! the switch to 1.0 in `tailgate_remote_write_protocol_fallbacks_total{exporter}` and what a
+//! receiver acknowledged not writing in
+//! `tailgate_remote_write_unwritten_total{exporter,kind}`.
 
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
@@ -21,6 +24,42 @@ mod desc {
         "Number of metric data points the remote-write exporter could not translate, by reason \
          (delta_temporality, invalid).",
     );
+    pub const FALLBACKS: (&str, &str) = (
+        "tailgate_remote_write_protocol_fallbacks_total",
+        "Number of times the remote-write exporter, configured for remote write 2.0, switched to \
+         1.0 for the rest of its life because the receiver does not support 2.0 (at most 1 per \
+         exporter and process).",
+    );
+    pub const UNWRITTEN: (&str, &str) = (
+        "tailgate_remote_write_unwritten_total",
+        "Number of samples, native histograms and exemplars (kind) sent with remote write 2.0 \
+         that the receiver accepted the request for but reported as not written \
+         (X-Prometheus-Remote-Write-*-Written below what was sent).",
+    );
+}
+
+/// What `tailgate_remote_write_unwritten_total` counts: the `kind` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unwritten {
+    Samples,
+    Histograms,
+    Exemplars,
+}
+
+impl Unwritten {
+    const ALL: [Unwritten; 3] = [
+        Unwritten::Samples,
+        Unwritten::Histograms,
+        Unwritten::Exemplars,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Unwritten::Samples => "samples",
+            Unwritten::Histograms => "histograms",
+            Unwritten::Exemplars => "exemplars",
+        }
+    }
 }
 
 /// The remote-write metric families, registered once per registry.
@@ -31,6 +70,8 @@ mod desc {
 #[derive(Clone, Debug)]
 pub struct RemoteWriteMetricFamilies {
     dropped: IntCounterVec,
+    fallbacks: IntCounterVec,
+    unwritten: IntCounterVec,
     exporter: ExporterMetricFamilies,
 }
 
@@ -51,8 +92,20 @@ impl RemoteWriteMetricFamilies {
             &["exporter", "reason"],
         )?;
         registry.register(Box::new(dropped.clone()))?;
+        let fallbacks = IntCounterVec::new(
+            Opts::new(desc::FALLBACKS.0, desc::FALLBACKS.1),
+            &["exporter"],
+        )?;
+        registry.register(Box::new(fallbacks.clone()))?;
+        let unwritten = IntCounterVec::new(
+            Opts::new(desc::UNWRITTEN.0, desc::UNWRITTEN.1),
+            &["exporter", "kind"],
+        )?;
+        registry.register(Box::new(unwritten.clone()))?;
         Ok(Self {
             dropped,
+            fallbacks,
+            unwritten,
             exporter: exporter.clone(),
         })
     }
@@ -63,6 +116,9 @@ impl RemoteWriteMetricFamilies {
         RemoteWriteMetrics {
             shared: self.exporter.for_signal(id, "metrics"),
             dropped: DropReason::ALL.map(|r| self.dropped.with_label_values(&[name, r.as_str()])),
+            fallbacks: self.fallbacks.with_label_values(&[name]),
+            unwritten: Unwritten::ALL
+                .map(|k| self.unwritten.with_label_values(&[name, k.as_str()])),
         }
     }
 }
@@ -72,6 +128,8 @@ impl RemoteWriteMetricFamilies {
 pub struct RemoteWriteMetrics {
     pub(crate) shared: ExporterMetrics,
     dropped: [IntCounter; 2],
+    fallbacks: IntCounter,
+    unwritten: [IntCounter; 3],
 }
 
 impl RemoteWriteMetrics {
@@ -85,6 +143,14 @@ impl RemoteWriteMetrics {
 
     pub(crate) fn record_enqueue_failed(&self, points: usize) {
         self.shared.record_enqueue_failed(points);
+    }
+
+    pub(crate) fn record_fallback(&self) {
+        self.fallbacks.inc();
+    }
+
+    pub(crate) fn record_unwritten(&self, kind: Unwritten, n: u64) {
+        self.unwritten[kind as usize].inc_by(n);
     }
 
     pub(crate) fn record_dropped(&self, reason: DropReason, points: usize) {
