@@ -214,6 +214,93 @@ async fn queued_spans_survive_a_shutdown_and_arrive_once() {
     assert_eq!(report.dropped_spans, 0);
 }
 
+/// The `*.seg` files under `dir`, recursively.
+fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(segment_files(&path));
+        } else if path.extension().is_some_and(|e| e == "seg") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// Scenario: 4 batches of 50 spans queued on disk with the destination down and the
+/// gateway shut down; one byte in the middle of the segment file is flipped; a new gateway
+/// starts on the directory with the destination up.
+/// Guarantees: the damaged record is skipped and counted once
+/// (`tailgate_exporter_queue_corrupt_records_total` 1), the gateway does not crash, and
+/// the other 3 batches (150 spans) arrive exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_record_is_skipped_and_counted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let down = dead_address().to_string();
+    let gateway = support::start_gateway(&config(&down, dir.path(), "127.0.0.1:0", "300ms")).await;
+    let address = support::grpc_addr(&gateway).to_string();
+    send(&address, 4, 50).await;
+    let exporter = ["exporter=\"otlp/tempo\""];
+    let persisted = support::eventually(Duration::from_secs(10), || async {
+        let text = support::scrape(&gateway).await;
+        support::metric_value(
+            &text,
+            "tailgate_exporter_queue_persisted_items_total",
+            &exporter,
+        ) == 200.0
+    })
+    .await;
+    assert!(persisted);
+    let _ = gateway.shutdown().await;
+
+    let files = segment_files(dir.path());
+    let damaged = files
+        .iter()
+        .max_by_key(|path| std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+        .expect("a segment");
+    let mut data = std::fs::read(damaged).expect("read segment");
+    let middle = data.len() / 2;
+    data[middle] ^= 0x5a;
+    std::fs::write(damaged, &data).expect("write segment");
+
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let gateway = support::start_gateway(&config(
+        &sink.addr.to_string(),
+        dir.path(),
+        "127.0.0.1:0",
+        "5s",
+    ))
+    .await;
+    let arrived = support::eventually(Duration::from_secs(20), || async {
+        sink.handle.span_count() >= 150
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(arrived, "only {} spans arrived", sink.handle.span_count());
+    let seen = arrivals(&sink);
+    assert_eq!(seen.len(), 150);
+    assert!(seen.values().all(|&n| n == 1));
+    let text = support::scrape(&gateway).await;
+    assert_eq!(
+        support::metric_value(
+            &text,
+            "tailgate_exporter_queue_corrupt_records_total",
+            &exporter
+        ),
+        1.0
+    );
+    assert_eq!(
+        support::metric_value(
+            &text,
+            "tailgate_exporter_queue_replayed_items_total",
+            &exporter
+        ),
+        150.0
+    );
+    let _ = gateway.shutdown().await;
+}
+
 /// Scenario: a persistent queue limited to 2 batches (`queue_size: 2`), the destination
 /// down, and a client sending 5 batches of 50 spans through a gateway.
 /// Guarantees: the queue never holds more than `queue_size` batches
