@@ -3,6 +3,7 @@
 mod accounting;
 mod bad_input;
 mod cli;
+mod disk_queue;
 mod export_retry;
 mod metrics_e2e;
 mod outage;

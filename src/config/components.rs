@@ -14,9 +14,9 @@ use super::ids::{self, Declared, Section};
 use super::value::Value;
 use super::{
     BatchConfig, ComponentId, Compression, CorsConfig, DebugExporterConfig, ExporterConfig,
-    ExtensionConfig, GrpcServerConfig, HealthCheckConfig, HttpServerConfig, OtlpExporterConfig,
-    OtlpReceiverConfig, ProcessorConfig, QueueConfig, ReceiverConfig, RetryConfig, TlsClientConfig,
-    Verbosity,
+    ExtensionConfig, FileStorageConfig, GrpcServerConfig, HealthCheckConfig, HttpServerConfig,
+    OtlpExporterConfig, OtlpReceiverConfig, ProcessorConfig, QueueConfig, ReceiverConfig,
+    RetryConfig, TlsClientConfig, Verbosity,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -577,12 +577,8 @@ fn sending_queue(problems: &mut Problems, exporter: &Fields<'_>) -> QueueConfig 
     let queue = exporter.child(
         problems,
         "sending_queue",
-        &["enabled", "queue_size", "num_consumers"],
+        &["enabled", "queue_size", "num_consumers", "storage"],
         &[
-            (
-                "storage",
-                "persistent queues are not supported yet by this version of tailgate; remove it",
-            ),
             ("sizer", NOT_YET),
             ("block_on_overflow", NOT_YET),
             ("wait_for_result", NOT_YET),
@@ -600,6 +596,23 @@ fn sending_queue(problems: &mut Problems, exporter: &Fields<'_>) -> QueueConfig 
             "num_consumers",
             defaults::QUEUE_NUM_CONSUMERS,
         ),
+        storage: queue_storage(problems, &queue),
+    }
+}
+
+/// `sending_queue.storage`: an extension id. That it names a `file_storage` extension
+/// listed in `service.extensions` is checked with the whole config (`graph::validate`).
+fn queue_storage(problems: &mut Problems, queue: &Fields<'_>) -> Option<ComponentId> {
+    let written = queue.string(problems, "storage")?;
+    if written.is_empty() {
+        return None;
+    }
+    match ids::component_id(Section::Extensions, &written) {
+        Ok(id) => Some(id),
+        Err(message) => {
+            problems.add(queue.key_path("storage"), message);
+            None
+        }
     }
 }
 
@@ -714,13 +727,121 @@ fn debug_exporter(
 
 // === extensions ===
 
-/// `extensions.health_check`.
+/// `extensions.<type>`.
 pub(crate) fn extension(
     problems: &mut Problems,
-    _id: &ComponentId,
+    id: &ComponentId,
     path: &str,
     value: Option<&Value>,
 ) -> ExtensionConfig {
+    match id.kind.as_str() {
+        "file_storage" => ExtensionConfig::FileStorage(file_storage(problems, path, value)),
+        _ => health_check(problems, path, value),
+    }
+}
+
+/// `extensions.file_storage`. The `compaction` keys are checked and have no effect (see
+/// [`FileStorageConfig`]).
+fn file_storage(problems: &mut Problems, path: &str, value: Option<&Value>) -> FileStorageConfig {
+    let storage = Fields::open(
+        problems,
+        path,
+        value,
+        &[
+            "directory",
+            "create_directory",
+            "directory_permissions",
+            "timeout",
+            "fsync",
+            "compaction",
+            "max_size_mib",
+        ],
+        &[],
+    );
+    let compaction = storage.child(
+        problems,
+        "compaction",
+        &[
+            "on_start",
+            "on_rebound",
+            "directory",
+            "max_transaction_size",
+            "rebound_needed_threshold_mib",
+            "rebound_trigger_threshold_mib",
+            "check_interval",
+            "cleanup_on_start",
+        ],
+        &[],
+    );
+    for key in ["on_start", "on_rebound", "cleanup_on_start"] {
+        compaction.boolean(problems, key);
+    }
+    compaction.string(problems, "directory");
+    for key in [
+        "max_transaction_size",
+        "rebound_needed_threshold_mib",
+        "rebound_trigger_threshold_mib",
+    ] {
+        compaction.uint(problems, key);
+    }
+    compaction.duration(problems, "check_interval");
+
+    let directory = storage.string(problems, "directory");
+    match &directory {
+        None if storage.wrong_type() || storage.value("directory").is_some() => {}
+        Some(directory) if !directory.is_empty() => {}
+        _ => problems.add(
+            storage.key_path("directory"),
+            "must be set: the directory that holds the persistent queues, e.g. /var/lib/tailgate/queue",
+        ),
+    }
+    let directory = directory.unwrap_or_default();
+    let directory_permissions = match storage.string(problems, "directory_permissions") {
+        None => defaults::FILE_STORAGE_DIRECTORY_PERMISSIONS,
+        Some(text) => match u32::from_str_radix(text.trim_start_matches("0o"), 8) {
+            Ok(mode) if mode <= 0o7777 => mode,
+            _ => {
+                problems.add(
+                    storage.key_path("directory_permissions"),
+                    format!("invalid mode {text:?}: write it in octal, e.g. \"0750\""),
+                );
+                defaults::FILE_STORAGE_DIRECTORY_PERMISSIONS
+            }
+        },
+    };
+    let max_size_mib = match storage.uint(problems, "max_size_mib") {
+        Some(0) => {
+            problems.add(storage.key_path("max_size_mib"), "must be at least 1");
+            defaults::FILE_STORAGE_MAX_SIZE_MIB
+        }
+        Some(mib) => mib,
+        None => defaults::FILE_STORAGE_MAX_SIZE_MIB,
+    };
+    let max_size = max_size_mib.checked_mul(MIB).unwrap_or_else(|| {
+        problems.add(
+            storage.key_path("max_size_mib"),
+            format!("{max_size_mib} is too large"),
+        );
+        defaults::FILE_STORAGE_MAX_SIZE_MIB * MIB
+    });
+    FileStorageConfig {
+        directory: PathBuf::from(directory),
+        create_directory: storage
+            .boolean(problems, "create_directory")
+            .unwrap_or(defaults::FILE_STORAGE_CREATE_DIRECTORY),
+        directory_permissions,
+        timeout: storage
+            .duration(problems, "timeout")
+            .unwrap_or(defaults::FILE_STORAGE_TIMEOUT),
+        fsync: storage
+            .boolean(problems, "fsync")
+            .unwrap_or(defaults::FILE_STORAGE_FSYNC),
+        max_size,
+    }
+}
+
+/// `extensions.health_check`.
+fn health_check(problems: &mut Problems, path: &str, value: Option<&Value>) -> ExtensionConfig {
     let health = Fields::open(
         problems,
         path,

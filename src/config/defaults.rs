@@ -171,6 +171,21 @@ pub(crate) fn health_check_path() -> String {
     "/".to_owned()
 }
 
+/// `extensions.file_storage.create_directory` (the Collector's default).
+pub(crate) const FILE_STORAGE_CREATE_DIRECTORY: bool = false;
+
+/// `extensions.file_storage.directory_permissions` (the Collector's default, `0750`).
+pub(crate) const FILE_STORAGE_DIRECTORY_PERMISSIONS: u32 = 0o750;
+
+/// `extensions.file_storage.timeout`: the wait for a queue directory's lock.
+pub(crate) const FILE_STORAGE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `extensions.file_storage.fsync` (the Collector's default).
+pub(crate) const FILE_STORAGE_FSYNC: bool = false;
+
+/// `extensions.file_storage.max_size_mib` (tailgate's): disk space per exporter queue.
+pub(crate) const FILE_STORAGE_MAX_SIZE_MIB: u64 = 1024;
+
 /// `service.telemetry.metrics.address`. The Collector defaults to `localhost:8888`.
 pub(crate) fn metrics_address() -> String {
     "0.0.0.0:8888".to_owned()

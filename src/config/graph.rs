@@ -10,7 +10,10 @@
 use std::collections::BTreeMap;
 
 use super::error::{Problems, join};
-use super::{ComponentId, Config, ConnectorConfig, PipelineId, ProcessorConfig, Signal};
+use super::{
+    ComponentId, Config, ConnectorConfig, ExporterConfig, ExtensionConfig, PipelineId,
+    ProcessorConfig, Signal,
+};
 
 /// The signal a pipeline id names, as written in messages.
 fn signal_name(signal: Signal) -> &'static str {
@@ -26,6 +29,66 @@ pub(crate) fn connects(connector: &ConnectorConfig, from: Signal, to: Signal) ->
     match connector {
         ConnectorConfig::Forward => from == to && from != Signal::Logs,
         ConnectorConfig::SpanMetrics(_) => from == Signal::Traces && to == Signal::Metrics,
+    }
+}
+
+/// `exporters.<otlp>.sending_queue.storage` names a `file_storage` extension that
+/// `service.extensions` starts, and the queue is enabled.
+fn check_queue_storage(problems: &mut Problems, config: &Config) {
+    for (id, exporter) in &config.exporters {
+        let queue = match exporter {
+            ExporterConfig::OtlpGrpc(otlp) | ExporterConfig::OtlpHttp(otlp) => &otlp.sending_queue,
+            ExporterConfig::Debug(_) | ExporterConfig::PrometheusRemoteWrite(_) => continue,
+        };
+        let Some(storage) = &queue.storage else {
+            continue;
+        };
+        let path = join(
+            &join(&join("exporters", &id.written), "sending_queue"),
+            "storage",
+        );
+        if !queue.enabled {
+            problems.add(
+                &path,
+                "needs the sending queue: set sending_queue.enabled to true or remove storage",
+            );
+        }
+        let defined = config.extensions.iter().find(|(extension, _)| {
+            extension.kind == storage.kind && extension.name == storage.name
+        });
+        match defined {
+            None => problems.add(
+                path,
+                format!(
+                    "{storage:?} is not defined under extensions: add a file_storage extension, e.g. extensions.file_storage/queue.directory",
+                    storage = storage.written
+                ),
+            ),
+            Some((_, ExtensionConfig::FileStorage(_))) => {
+                if !config
+                    .service
+                    .extensions
+                    .iter()
+                    .any(|listed| listed.kind == storage.kind && listed.name == storage.name)
+                {
+                    problems.add(
+                        path,
+                        format!(
+                            "{storage:?} is not listed in service.extensions: add it there so it starts",
+                            storage = storage.written
+                        ),
+                    );
+                }
+            }
+            Some((other, _)) => problems.add(
+                path,
+                format!(
+                    "{storage:?} is a {} extension; a sending queue needs a file_storage extension",
+                    other.kind,
+                    storage = storage.written
+                ),
+            ),
+        }
     }
 }
 
@@ -71,6 +134,7 @@ pub(crate) fn validate(problems: &mut Problems, config: &Config) {
             }
         }
     }
+    check_queue_storage(problems, config);
     if let Some(cycle) = find_cycle(config) {
         problems.add(
             "service.pipelines",

@@ -66,7 +66,10 @@ impl Section {
                 ("spanmetrics", "spanmetrics"),
                 ("span_metrics", "spanmetrics"),
             ],
-            Section::Extensions => &[("health_check", "health_check")],
+            Section::Extensions => &[
+                ("health_check", "health_check"),
+                ("file_storage", "file_storage"),
+            ],
         }
     }
 }

@@ -162,6 +162,7 @@ pub(crate) fn exporter(
             "num_consumers",
             defaults::REMOTE_WRITE_NUM_CONSUMERS,
         ),
+        storage: None,
     };
 
     let protobuf_message = match exporter.string(problems, "protobuf_message") {

@@ -127,6 +127,19 @@ pub fn render(config: &Config) -> String {
                 out.string(2, "endpoint", &health.endpoint);
                 out.string(2, "path", &health.path);
             }
+            ExtensionConfig::FileStorage(storage) => {
+                out.string(2, "directory", &storage.directory.to_string_lossy());
+                out.plain(2, "create_directory", storage.create_directory);
+                out.string(
+                    2,
+                    "directory_permissions",
+                    &format!("{:04o}", storage.directory_permissions),
+                );
+                out.plain(2, "timeout", duration::format(storage.timeout));
+                out.plain(2, "fsync", storage.fsync);
+                // Stored in bytes, always a whole number of MiB.
+                out.plain(2, "max_size_mib", storage.max_size >> 20);
+            }
         }
     }
 
@@ -472,6 +485,9 @@ fn otlp_exporter(out: &mut Out, otlp: &OtlpExporterConfig, http: bool) {
     out.plain(3, "enabled", queue.enabled);
     out.plain(3, "queue_size", queue.queue_size);
     out.plain(3, "num_consumers", queue.num_consumers);
+    if let Some(storage) = &queue.storage {
+        out.string(3, "storage", &storage.written);
+    }
     render_retry(out, &otlp.retry_on_failure);
 }
 

@@ -326,6 +326,7 @@ exporters:
                 enabled: true,
                 queue_size: nz(1000),
                 num_consumers: nz(10),
+                storage: None,
             },
             retry_on_failure: RetryConfig {
                 enabled: true,
@@ -536,7 +537,7 @@ service:
             "processors.filter/x: unknown processor type \"filter\" (known: batch, memory_limiter, tail_sampling)",
             "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug, prometheusremotewrite, prometheus_remote_write)",
             "connectors.count: connector type \"count\" is not supported yet by this version of tailgate; remove it",
-            "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check)",
+            "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check, file_storage)",
         ]
     );
 }
@@ -824,7 +825,7 @@ exporters:
     endpoint: tempo:4317
     traces_endpoint: http://x
     sending_queue:
-      storage: file_storage
+      sizer: items
     tls:
       ca_pem: xyz
 service:
@@ -841,7 +842,7 @@ extra: 1
             "processors.batch.metadata_keys: not supported yet by this version of tailgate; remove it",
             "exporters.otlp.traces_endpoint: only the otlphttp exporter has traces_endpoint: for otlp, set endpoint",
             "exporters.otlp.tls.ca_pem: not supported yet by this version of tailgate; remove it",
-            "exporters.otlp.sending_queue.storage: persistent queues are not supported yet by this version of tailgate; remove it",
+            "exporters.otlp.sending_queue.sizer: not supported yet by this version of tailgate; remove it",
             "service.telemetry.logs.output_paths: not supported yet by this version of tailgate; remove it",
         ]
     );
@@ -1073,6 +1074,7 @@ exporters:
             enabled: false,
             queue_size: nz(5),
             num_consumers: nz(2),
+            storage: None,
         }
     );
     assert!(!otlp.retry_on_failure.enabled);
@@ -1109,6 +1111,175 @@ extensions:
             "extensions.health_check.endpoint: \"0.0.0.0\" has no port: write it as host:port",
             "extensions.health_check.path: invalid path \"health\": it must start with '/' and contain no spaces",
         ]
+    );
+}
+
+// === file_storage ===
+
+/// A traces pipeline exporting to `otlp/tempo` with a persistent queue on `file_storage/q`.
+const FILE_STORAGE: &str = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+exporters:
+  otlp/tempo:
+    endpoint: tempo:4317
+    sending_queue:
+      queue_size: 5000
+      storage: file_storage/q
+extensions:
+  file_storage/q:
+    directory: /var/lib/tailgate/queue
+service:
+  extensions: [file_storage/q]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [otlp/tempo]
+";
+
+/// Scenario: a `file_storage` extension with only `directory`, named by an exporter's
+/// `sending_queue.storage`; then every key set, `compaction` included.
+/// Guarantees: the Collector's defaults (`create_directory` false, `directory_permissions`
+/// 0750, `timeout` 1s, `fsync` false) and tailgate's `max_size_mib` 1024 are filled in; the
+/// exporter keeps the storage id; explicit values are kept; `compaction` is accepted.
+#[test]
+fn file_storage_defaults_and_keys() {
+    let config = load_one(FILE_STORAGE);
+    assert_eq!(
+        config.extensions[&id("file_storage/q")],
+        ExtensionConfig::FileStorage(FileStorageConfig {
+            directory: PathBuf::from("/var/lib/tailgate/queue"),
+            create_directory: false,
+            directory_permissions: 0o750,
+            timeout: Duration::from_secs(1),
+            fsync: false,
+            max_size: 1024 << 20,
+        })
+    );
+    let queue = otlp_exporter(&config, "otlp/tempo").sending_queue;
+    assert_eq!(queue.storage, Some(id("file_storage/q")));
+    assert_eq!(queue.queue_size, nz(5000));
+
+    let every_key = FILE_STORAGE.replace(
+        "    directory: /var/lib/tailgate/queue\n",
+        "    directory: /q
+    create_directory: true
+    directory_permissions: '0700'
+    timeout: 250ms
+    fsync: true
+    max_size_mib: 64
+    compaction:
+      on_start: true
+      on_rebound: false
+      directory: /tmp
+      max_transaction_size: 65536
+      rebound_needed_threshold_mib: 10
+      rebound_trigger_threshold_mib: 5
+      check_interval: 5s
+      cleanup_on_start: true
+",
+    );
+    let config = load_one(&every_key);
+    assert_eq!(
+        config.extensions[&id("file_storage/q")],
+        ExtensionConfig::FileStorage(FileStorageConfig {
+            directory: PathBuf::from("/q"),
+            create_directory: true,
+            directory_permissions: 0o700,
+            timeout: Duration::from_millis(250),
+            fsync: true,
+            max_size: 64 << 20,
+        })
+    );
+}
+
+/// Scenario: `sending_queue.storage` naming an undefined extension, a defined one not
+/// listed in `service.extensions`, a `health_check`, and storage on a disabled queue; a
+/// `file_storage` without `directory`, with a bad mode, a zero size and an unknown key.
+/// Guarantees: each is reported at its path with what to do.
+#[test]
+fn file_storage_errors() {
+    let not_listed = FILE_STORAGE.replace("  extensions: [file_storage/q]\n", "");
+    assert_eq!(
+        problems_of(&[&not_listed]),
+        [
+            "exporters.otlp/tempo.sending_queue.storage: \"file_storage/q\" is not listed in service.extensions: add it there so it starts"
+        ]
+    );
+    let undefined = FILE_STORAGE.replace("storage: file_storage/q", "storage: file_storage/nope");
+    assert_eq!(
+        problems_of(&[&undefined]),
+        [
+            "exporters.otlp/tempo.sending_queue.storage: \"file_storage/nope\" is not defined under extensions: add a file_storage extension, e.g. extensions.file_storage/queue.directory"
+        ]
+    );
+    let health = FILE_STORAGE
+        .replace("storage: file_storage/q", "storage: health_check")
+        .replace("extensions:\n", "extensions:\n  health_check:\n");
+    assert_eq!(
+        problems_of(&[&health]),
+        [
+            "exporters.otlp/tempo.sending_queue.storage: \"health_check\" is a health_check extension; a sending queue needs a file_storage extension"
+        ]
+    );
+    let disabled = FILE_STORAGE.replace("queue_size: 5000", "enabled: false");
+    assert_eq!(
+        problems_of(&[&disabled]),
+        [
+            "exporters.otlp/tempo.sending_queue.storage: needs the sending queue: set sending_queue.enabled to true or remove storage"
+        ]
+    );
+    let bad = FILE_STORAGE.replace(
+        "    directory: /var/lib/tailgate/queue\n",
+        "    directory_permissions: rwx
+    max_size_mib: 0
+    compaction:
+      on_start: maybe
+      vacuum: true
+",
+    );
+    assert_eq!(
+        problems_of(&[&bad]),
+        [
+            "extensions.file_storage/q.compaction.vacuum: unknown key (known: on_start, on_rebound, directory, max_transaction_size, rebound_needed_threshold_mib, rebound_trigger_threshold_mib, check_interval, cleanup_on_start)",
+            "extensions.file_storage/q.compaction.on_start: expected true or false, found the string \"maybe\"",
+            "extensions.file_storage/q.directory: must be set: the directory that holds the persistent queues, e.g. /var/lib/tailgate/queue",
+            "extensions.file_storage/q.directory_permissions: invalid mode \"rwx\": write it in octal, e.g. \"0750\"",
+            "extensions.file_storage/q.max_size_mib: must be at least 1",
+        ]
+    );
+}
+
+/// Scenario: a config with a file_storage extension (every key set) and an exporter whose
+/// queue names it, rendered and read back.
+/// Guarantees: `load(render(c)) == c`, and the rendering is stable.
+#[test]
+fn file_storage_render_round_trips() {
+    let config = load_one(&FILE_STORAGE.replace(
+        "    directory: /var/lib/tailgate/queue\n",
+        "    directory: /var/lib/tailgate/queue
+    create_directory: true
+    directory_permissions: '0700'
+    fsync: true
+    max_size_mib: 3
+",
+    ));
+    let rendered = render(&config);
+    let again = match load_str_with_env(&[&rendered], &no_env) {
+        Ok(again) => again,
+        Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
+    };
+    assert_eq!(again, config, "round trip of:\n{rendered}");
+    assert_eq!(render(&again), rendered);
+    assert!(
+        rendered.contains("      storage: \"file_storage/q\"\n"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("    directory_permissions: \"0700\"\n"),
+        "{rendered}"
     );
 }
 

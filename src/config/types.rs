@@ -473,6 +473,11 @@ pub struct QueueConfig {
     pub queue_size: NonZeroUsize,
     /// `num_consumers` (default 10): exports in flight at once.
     pub num_consumers: NonZeroUsize,
+    /// `storage` (default none): the `file_storage` extension that makes the queue
+    /// persistent. Batches are then written to disk before `export` returns, `queue_size`
+    /// counts the batches on disk, and what is not delivered at shutdown (or at a crash) is
+    /// delivered after the next start. Always `None` for the remote-write queue.
+    pub storage: Option<ComponentId>,
 }
 
 /// `retry_on_failure`.
@@ -586,6 +591,42 @@ pub enum HistogramUnit {
 pub enum ExtensionConfig {
     /// `health_check`.
     HealthCheck(HealthCheckConfig),
+    /// `file_storage`: a directory for the persistent sending queues of the exporters
+    /// whose `sending_queue.storage` names it.
+    FileStorage(FileStorageConfig),
+}
+
+/// `extensions.file_storage`: where persistent sending queues live, and how they write.
+///
+/// Keys are the Collector's `filestorage` extension's, with the same defaults except that
+/// `directory` is required (the Collector defaults to `/var/lib/otelcol/file_storage`), plus
+/// tailgate's `max_size_mib`. `compaction` is accepted and has no effect: the queue is a set
+/// of append-only segment files deleted once delivered, so there is nothing to compact.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FileStorageConfig {
+    /// `directory` (required): each exporter's queue lives in a sub-directory named after
+    /// the exporter id and signal. Must be writable; put it on a persistent volume for the
+    /// queue to survive a pod being rescheduled.
+    pub directory: PathBuf,
+    /// `create_directory` (default false, as in the Collector): create `directory` (and its
+    /// parents) at startup when it does not exist; otherwise a missing directory is a
+    /// startup error.
+    pub create_directory: bool,
+    /// `directory_permissions` (default `0750`, octal): the mode of directories created
+    /// because of `create_directory`, minus the process umask.
+    pub directory_permissions: u32,
+    /// `timeout` (default 1s): how long to wait at startup for the lock on a queue directory
+    /// held by another process (another tailgate using the same directory) before failing.
+    pub timeout: Duration,
+    /// `fsync` (default false): fsync each batch before `export` returns (and the read
+    /// position after each delivery). Without it a batch survives a process crash (the
+    /// page cache has it) but maybe not a power loss or kernel crash.
+    pub fsync: bool,
+    /// `max_size_mib` (tailgate's; default 1024): the most disk space, in bytes, one
+    /// exporter's queue under this extension takes. When it is full, `export` waits
+    /// (backpressure up to the receivers) rather than dropping. A single batch larger than
+    /// this is still written when the queue is empty.
+    pub max_size: u64,
 }
 
 /// `extensions.health_check`.

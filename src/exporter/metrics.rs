@@ -73,6 +73,24 @@ mod desc {
         "tailgate_metric_points_dropped_total",
         "Metric data points lost after they were accepted, by reason (as for spans).",
     );
+    pub const QUEUE_REPLAYED: (&str, &str) = (
+        "tailgate_exporter_queue_replayed_items_total",
+        "Items (spans or metric points, by data_type) found undelivered in a persistent \
+         sending queue at startup, left by an earlier run, and queued for delivery first.",
+    );
+    pub const QUEUE_PERSISTED: (&str, &str) = (
+        "tailgate_exporter_queue_persisted_items_total",
+        "Items (spans or metric points, by data_type) written to a persistent sending queue.",
+    );
+    pub const QUEUE_CORRUPT: (&str, &str) = (
+        "tailgate_exporter_queue_corrupt_records_total",
+        "Damaged records (bad checksum, bad length, torn write) found in a persistent \
+         sending queue and skipped; their items cannot be counted.",
+    );
+    pub const QUEUE_DISK_BYTES: (&str, &str) = (
+        "tailgate_exporter_queue_disk_bytes",
+        "Bytes of segment files held by a persistent sending queue.",
+    );
     pub const RETRIES: (&str, &str) = (
         "tailgate_exporter_retries_total",
         "Number of export attempts that failed with a retryable error and were retried, \
@@ -185,6 +203,16 @@ pub struct ExporterMetricFamilies {
     in_flight: IntGaugeVec,
     retries: IntCounterVec,
     queue_size: Arc<QueueSizeCollector>,
+    disk: DiskQueueFamilies,
+}
+
+/// The persistent queue's families (series exist only for exporters with `storage`).
+#[derive(Clone, Debug)]
+struct DiskQueueFamilies {
+    replayed: IntCounterVec,
+    persisted: IntCounterVec,
+    corrupt: IntCounterVec,
+    disk_bytes: IntGaugeVec,
 }
 
 impl ExporterMetricFamilies {
@@ -231,6 +259,12 @@ impl ExporterMetricFamilies {
             in_flight: gauge(registry, desc::IN_FLIGHT, &["exporter"])?,
             retries: counter(registry, desc::RETRIES, &["exporter", "error_type"])?,
             queue_size: queue_size.clone(),
+            disk: DiskQueueFamilies {
+                replayed: counter(registry, desc::QUEUE_REPLAYED, &["exporter", "data_type"])?,
+                persisted: counter(registry, desc::QUEUE_PERSISTED, &["exporter", "data_type"])?,
+                corrupt: counter(registry, desc::QUEUE_CORRUPT, &["exporter", "data_type"])?,
+                disk_bytes: gauge(registry, desc::QUEUE_DISK_BYTES, &["exporter", "data_type"])?,
+            },
         };
         registry.register(Box::new(SharedCollector(queue_size)))?;
         Ok(families)
@@ -270,6 +304,7 @@ impl ExporterMetricFamilies {
             retries: RetryErrorType::ALL
                 .map(|t| self.retries.with_label_values(&[name, t.as_str()])),
             queue_size: self.queue_size.clone(),
+            disk: self.disk.clone(),
         }
     }
 }
@@ -288,9 +323,34 @@ pub struct ExporterMetrics {
     in_flight: IntGauge,
     retries: [IntCounter; 7],
     queue_size: Arc<QueueSizeCollector>,
+    disk: DiskQueueFamilies,
+}
+
+/// The persistent queue's label-bound handles.
+#[derive(Clone, Debug)]
+pub(crate) struct DiskQueueMetrics {
+    /// `tailgate_exporter_queue_replayed_items_total`.
+    pub(crate) replayed: IntCounter,
+    /// `tailgate_exporter_queue_persisted_items_total`.
+    pub(crate) persisted: IntCounter,
+    /// `tailgate_exporter_queue_corrupt_records_total`.
+    pub(crate) corrupt: IntCounter,
+    /// `tailgate_exporter_queue_disk_bytes`.
+    pub(crate) disk_bytes: IntGauge,
 }
 
 impl ExporterMetrics {
+    /// Handles for this exporter's persistent queue; creates its series at zero.
+    pub(crate) fn disk_queue(&self) -> DiskQueueMetrics {
+        let labels = [self.exporter.as_str(), self.data_type];
+        DiskQueueMetrics {
+            replayed: self.disk.replayed.with_label_values(&labels),
+            persisted: self.disk.persisted.with_label_values(&labels),
+            corrupt: self.disk.corrupt.with_label_values(&labels),
+            disk_bytes: self.disk.disk_bytes.with_label_values(&labels),
+        }
+    }
+
     /// `spans` reached the destination.
     pub(crate) fn record_sent(&self, spans: usize) {
         self.sent_spans.inc_by(spans as u64);

@@ -16,8 +16,13 @@
 //! (or, if it was never accepted, `otelcol_exporter_enqueue_failed_spans_total` and an
 //! `Err` to the caller); data points likewise in the `*_metric_points_total` families. Log
 //! events are listed in `events.rs`.
+//!
+//! With `sending_queue.storage`, the queue is persistent (`disk_queue.rs`, format in
+//! `segment.rs`): batches are on disk when `export` returns, and what is not delivered by
+//! the shutdown deadline stays there for the next start instead of being dropped.
 
 mod debug;
+mod disk_queue;
 mod events;
 mod metrics;
 mod otlp_grpc;
@@ -25,6 +30,7 @@ mod otlp_http;
 mod queue;
 pub mod remote_write;
 mod retry;
+mod segment;
 mod tls;
 mod transport;
 
@@ -40,10 +46,13 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 pub use metrics::{ExporterMetricFamilies, ExporterMetrics, FailureReason, RetryErrorType};
+pub use segment::StoreError;
 
-use crate::config::{ComponentId, ExporterConfig, RetryConfig};
+use crate::config::{ComponentId, ExporterConfig, FileStorageConfig, RetryConfig};
+use crate::limiter::MemoryBudget;
 use crate::pipeline::{MetricsBatch, Payload, TraceBatch};
 use debug::DebugExporter;
+use disk_queue::DiskQueue;
 use events::Health;
 use queue::SendingQueue;
 use retry::{Outcome, deliver};
@@ -73,6 +82,19 @@ pub enum ExporterError {
     Tls {
         /// What is wrong, including the file concerned.
         reason: String,
+    },
+    /// `sending_queue.storage` is set but no storage extension was handed to the exporter.
+    #[error("sending_queue.storage: {storage:?} was not provided to the exporter")]
+    StorageNotProvided {
+        /// The extension id as written.
+        storage: String,
+    },
+    /// The persistent queue could not be opened.
+    #[error("sending_queue.storage: {source}")]
+    Storage {
+        /// Why (boxed: the error is rare and large).
+        #[source]
+        source: Box<StoreError>,
     },
     /// The exporter does not carry this signal (e.g. a metrics exporter asked for traces).
     #[error("exporter {exporter:?} does not export {signal}")]
@@ -128,6 +150,16 @@ pub struct DrainReport {
 /// The traces exporter handle.
 pub type TracesExporter = SignalExporter<TraceBatch>;
 
+/// What an exporter whose `sending_queue.storage` is set needs besides its own settings.
+#[derive(Clone, Debug)]
+pub struct QueueStorage {
+    /// The `file_storage` extension named by `sending_queue.storage`.
+    pub file_storage: FileStorageConfig,
+    /// The memory budget that batches read back from disk are charged to while they are
+    /// delivered; `None` leaves them uncharged.
+    pub budget: Option<Arc<MemoryBudget>>,
+}
+
 /// Handle to a running OTLP or debug exporter of one signal; cheap to clone.
 ///
 /// All clones share one exporter; [`shutdown`](Self::shutdown) on any of them stops it for
@@ -151,6 +183,11 @@ enum Inner<P: Payload> {
         tx: mpsc::Sender<P>,
         queue: Arc<SendingQueue<P>>,
     },
+    /// `sending_queue.storage`: batches go to disk, and from there to the consumers.
+    Persistent {
+        shared: Arc<Shared>,
+        queue: Arc<DiskQueue<P>>,
+    },
     /// Queue disabled: the caller's task runs the export. Each export holds one permit of
     /// `gate`; shutdown takes them all, so it knows when the last one has finished.
     Inline {
@@ -172,6 +209,10 @@ impl<P: Payload> Clone for Inner<P> {
             Self::Queued { shared, tx, queue } => Self::Queued {
                 shared: shared.clone(),
                 tx: tx.clone(),
+                queue: queue.clone(),
+            },
+            Self::Persistent { shared, queue } => Self::Persistent {
+                shared: shared.clone(),
                 queue: queue.clone(),
             },
             Self::Inline { shared, gate } => Self::Inline {
@@ -198,6 +239,7 @@ impl<P: Payload> fmt::Debug for SignalExporter<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (exporter, mode) = match &self.inner {
             Inner::Queued { shared, .. } => (shared.id.as_str(), "queued"),
+            Inner::Persistent { shared, .. } => (shared.id.as_str(), "persistent"),
             Inner::Inline { shared, .. } => (shared.id.as_str(), "inline"),
             Inner::Debug { debug, .. } => (debug.exporter(), "debug"),
         };
@@ -226,6 +268,28 @@ impl<P: Payload> SignalExporter<P> {
         id: &ComponentId,
         config: &ExporterConfig,
         metrics: ExporterMetrics,
+    ) -> Result<Self, ExporterError> {
+        Self::start_with_storage(id, config, metrics, None)
+    }
+
+    /// Like [`start`](Self::start), with the storage extension that
+    /// `sending_queue.storage` names (ignored when it names none). With storage, the queue
+    /// is opened here: batches an earlier run left on disk are queued first.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); also [`ExporterError::Storage`] when the queue directory
+    /// cannot be opened, and [`ExporterError::StorageNotProvided`] when the config names a
+    /// storage and `storage` is `None`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start_with_storage(
+        id: &ComponentId,
+        config: &ExporterConfig,
+        metrics: ExporterMetrics,
+        storage: Option<&QueueStorage>,
     ) -> Result<Self, ExporterError> {
         let exporter = id.written.clone();
         let signal = SignalKind::of::<P>();
@@ -291,8 +355,30 @@ impl<P: Payload> SignalExporter<P> {
             queue_enabled = queue.enabled,
             queue_size = queue.queue_size.get(),
             num_consumers = queue.num_consumers.get(),
+            queue_storage = queue.storage.as_ref().map(|s| s.written.as_str()),
         );
-        let inner = if queue.enabled {
+        let inner = if let (true, Some(storage_id)) = (queue.enabled, &queue.storage) {
+            let Some(storage) = storage else {
+                return Err(ExporterError::StorageNotProvided {
+                    storage: storage_id.written.clone(),
+                });
+            };
+            let disk = DiskQueue::start(
+                &shared,
+                id,
+                &storage.file_storage,
+                storage.budget.clone(),
+                queue.queue_size.get(),
+                queue.num_consumers.get(),
+            )
+            .map_err(|source| ExporterError::Storage {
+                source: Box::new(source),
+            })?;
+            Inner::Persistent {
+                shared,
+                queue: Arc::new(disk),
+            }
+        } else if queue.enabled {
             let (queue, tx) =
                 SendingQueue::start(&shared, queue.queue_size.get(), queue.num_consumers.get());
             Inner::Queued {
@@ -325,6 +411,8 @@ impl<P: Payload> SignalExporter<P> {
     /// # Cancel safety
     ///
     /// With the queue enabled, cancel safe: a cancelled call has not enqueued the batch.
+    /// With a persistent queue, not cancel safe: a cancelled call may have written the
+    /// batch to disk, and it is then delivered.
     /// With the queue disabled, cancelling abandons the export in progress; the batch is
     /// then the caller's to account for.
     pub async fn export(&self, batch: P) -> Result<(), ExportError> {
@@ -357,6 +445,7 @@ impl<P: Payload> SignalExporter<P> {
                     Err(ExportError::ShutDown { spans })
                 }
             }
+            Inner::Persistent { shared, queue } => queue.push(shared, batch).await,
             Inner::Inline { shared, gate } => {
                 let permit = if *shared.closed.borrow() {
                     None
@@ -396,7 +485,9 @@ impl<P: Payload> SignalExporter<P> {
                 closed.send_replace(true);
                 return DrainReport::default();
             }
-            Inner::Queued { shared, .. } | Inner::Inline { shared, .. } => shared.clone(),
+            Inner::Queued { shared, .. }
+            | Inner::Persistent { shared, .. }
+            | Inner::Inline { shared, .. } => shared.clone(),
         };
         if shared.closed.send_replace(true) {
             return DrainReport::default();
@@ -406,6 +497,7 @@ impl<P: Payload> SignalExporter<P> {
         let dropped_before = shared.shutdown_dropped_spans.load(Ordering::Acquire);
         match &self.inner {
             Inner::Queued { queue, .. } => queue.drain(&shared, deadline).await,
+            Inner::Persistent { queue, .. } => queue.drain(&shared, deadline).await,
             Inner::Inline { gate, .. } => {
                 // Inline exports stop at the deadline by themselves; the slack only bounds a
                 // transport that does not yield.
@@ -522,11 +614,31 @@ impl MetricsExporter {
         metrics: ExporterMetrics,
         remote_write_families: &remote_write::RemoteWriteMetricFamilies,
     ) -> Result<Self, ExporterError> {
+        Self::start_with_storage(id, config, metrics, remote_write_families, None)
+    }
+
+    /// Like [`start`](Self::start), with the storage extension that an OTLP exporter's
+    /// `sending_queue.storage` names; see [`SignalExporter::start_with_storage`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SignalExporter::start_with_storage`].
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start_with_storage(
+        id: &ComponentId,
+        config: &ExporterConfig,
+        metrics: ExporterMetrics,
+        remote_write_families: &remote_write::RemoteWriteMetricFamilies,
+        storage: Option<&QueueStorage>,
+    ) -> Result<Self, ExporterError> {
         match config {
             ExporterConfig::OtlpGrpc(_)
             | ExporterConfig::OtlpHttp(_)
             | ExporterConfig::Debug(_) => {
-                SignalExporter::start(id, config, metrics).map(Self::Otlp)
+                SignalExporter::start_with_storage(id, config, metrics, storage).map(Self::Otlp)
             }
             ExporterConfig::PrometheusRemoteWrite(remote_write_config) => {
                 remote_write::RemoteWriteExporter::start(

@@ -163,6 +163,7 @@ fn otlp_config(endpoint: String) -> OtlpExporterConfig {
             enabled: true,
             queue_size: nz(10),
             num_consumers: nz(2),
+            storage: None,
         },
         retry_on_failure: RetryConfig {
             enabled: true,

@@ -21,10 +21,15 @@ use super::{
     MetricsSink, PIPELINE_INPUT_CAPACITY, Payload, PipelineInput, TraceBatch, TracesSink,
 };
 use crate::batcher::{BatchMetricFamilies, Batcher};
-use crate::config::{ComponentId, Config, ConnectorConfig, PipelineId, ProcessorConfig, Signal};
+use crate::config::{
+    ComponentId, Config, ConnectorConfig, ExporterConfig, ExtensionConfig, PipelineId,
+    ProcessorConfig, Signal,
+};
 use crate::connector::{SpanMetricsFlusher, SpanMetricsMetricFamilies};
 use crate::exporter::remote_write::RemoteWriteMetricFamilies;
-use crate::exporter::{ExporterError, ExporterMetricFamilies, MetricsExporter, TracesExporter};
+use crate::exporter::{
+    ExporterError, ExporterMetricFamilies, MetricsExporter, QueueStorage, TracesExporter,
+};
 use crate::limiter::MemoryBudget;
 use crate::sampler::policy::{PolicyError, PolicySet};
 use crate::sampler::{SamplerMetricFamilies, SamplerSettings, TailSampler};
@@ -303,6 +308,31 @@ impl Builder<'_> {
         Some(consumer)
     }
 
+    /// The `file_storage` extension an OTLP exporter's `sending_queue.storage` names
+    /// (validation guarantees it is defined and started), with the memory budget.
+    fn queue_storage(&self, exporter: &ExporterConfig) -> Option<QueueStorage> {
+        let storage = match exporter {
+            ExporterConfig::OtlpGrpc(otlp) | ExporterConfig::OtlpHttp(otlp) => {
+                otlp.sending_queue.storage.as_ref()?
+            }
+            ExporterConfig::Debug(_) | ExporterConfig::PrometheusRemoteWrite(_) => return None,
+        };
+        self.config
+            .extensions
+            .iter()
+            .find_map(|(id, extension)| match extension {
+                ExtensionConfig::FileStorage(file_storage)
+                    if id.kind == storage.kind && id.name == storage.name =>
+                {
+                    Some(QueueStorage {
+                        file_storage: file_storage.clone(),
+                        budget: Some(self.budget.clone()),
+                    })
+                }
+                _ => None,
+            })
+    }
+
     fn traces_exporter(&mut self, id: &ComponentId) -> Result<Option<TracesExporter>, BuildError> {
         if let Some((_, exporter)) = self.stages.traces_exporters.iter().find(|(e, _)| e == id) {
             return Ok(Some(exporter.clone()));
@@ -310,12 +340,17 @@ impl Builder<'_> {
         let Some(exporter_config) = self.config.exporters.get(id) else {
             return Ok(None); // validation guarantees it is defined
         };
-        let exporter =
-            TracesExporter::start(id, exporter_config, self.exporter_families.for_exporter(id))
-                .map_err(|source| BuildError::Exporter {
-                    id: id.clone(),
-                    source,
-                })?;
+        let storage = self.queue_storage(exporter_config);
+        let exporter = TracesExporter::start_with_storage(
+            id,
+            exporter_config,
+            self.exporter_families.for_exporter(id),
+            storage.as_ref(),
+        )
+        .map_err(|source| BuildError::Exporter {
+            id: id.clone(),
+            source,
+        })?;
         self.stages
             .traces_exporters
             .push((id.clone(), exporter.clone()));
@@ -332,11 +367,13 @@ impl Builder<'_> {
         let Some(exporter_config) = self.config.exporters.get(id) else {
             return Ok(None);
         };
-        let exporter = MetricsExporter::start(
+        let storage = self.queue_storage(exporter_config);
+        let exporter = MetricsExporter::start_with_storage(
             id,
             exporter_config,
             self.exporter_families.for_signal(id, "metrics"),
             &self.remote_write_families,
+            storage.as_ref(),
         )
         .map_err(|source| BuildError::Exporter {
             id: id.clone(),

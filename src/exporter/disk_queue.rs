@@ -1,0 +1,444 @@
+//! The persistent sending queue (`sending_queue.storage: file_storage/<name>`): batches are
+//! written to disk before `export` returns and delivered from there by `num_consumers`
+//! workers, so that they survive a restart, a crash, or a destination outage longer than
+//! memory allows. The file format and its guarantees are in [`super::segment`].
+//!
+//! ```text
+//! export(batch) ──> append to segment (fsync if configured) ──> Ok; batch dropped
+//!                   (waits while queue_size batches or max_size_mib are on disk)
+//! consumers ──> read next record ──> retry loop ──> transport ──> mark done (ack file)
+//! ```
+//!
+//! Accounting (DESIGN.md, decision 3): a batch handed to `export` is on disk when `export`
+//! returns `Ok`; its memory-budget charge is released then. From disk each batch ends in
+//! exactly one of sent / failed (counted as today) or stays on disk for the next start. A
+//! damaged record is reported (`exporter.queue.corrupt`), counted in
+//! `tailgate_exporter_queue_corrupt_records_total`, and skipped. At shutdown consumers
+//! deliver until the queue is empty or the deadline; what is left stays on disk and is not
+//! counted as dropped. Delivery is at least once: a batch delivered just before a crash
+//! (before its ack was written) is delivered again after the restart.
+
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::metrics::DiskQueueMetrics;
+use super::queue::ABORT_SLACK;
+use super::retry::{Outcome, deliver};
+use super::segment::{self, Corruption, RecordRef, Store, StoreError, StoreOptions};
+use super::{ExportError, Shared};
+use crate::config::{ComponentId, FileStorageConfig};
+use crate::limiter::MemoryBudget;
+use crate::pipeline::Payload;
+
+/// How long a failed disk write waits before it is tried again.
+const WRITE_RETRY: Duration = Duration::from_secs(1);
+
+/// The queue directory of exporter `id` for `signal` under `base`: the canonical id
+/// (`otlp_grpc/tempo` for `otlp/tempo`) with every byte outside `[A-Za-z0-9._-]` written
+/// `~xx` (hex), so that distinct ids never share a directory.
+pub(crate) fn queue_dir(base: &Path, id: &ComponentId, signal: &str) -> PathBuf {
+    let canonical = match &id.name {
+        Some(name) => format!("{}/{name}", id.kind),
+        None => id.kind.clone(),
+    };
+    let mut name = String::with_capacity(canonical.len());
+    for byte in canonical.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("~{byte:02x}"));
+        }
+    }
+    base.join(name).join(signal)
+}
+
+/// The persistent queue of one exporter and signal.
+pub(crate) struct DiskQueue<P> {
+    inner: Arc<QueueInner>,
+    consumers: Mutex<Vec<JoinHandle<()>>>,
+    _payload: PhantomData<fn() -> P>,
+}
+
+/// What the exporter handles and the consumers share.
+struct QueueInner {
+    // A std mutex: held only inside blocking tasks or for in-memory bookkeeping, never
+    // across an await.
+    store: Mutex<Store>,
+    dir: PathBuf,
+    /// Notified when a record is appended.
+    available: Notify,
+    /// Notified when a record is done (room may have been freed).
+    room: Notify,
+    /// Charged for batches read back from disk while they are delivered.
+    budget: Option<Arc<MemoryBudget>>,
+    metrics: DiskQueueMetrics,
+    disk_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// True while disk writes fail (logged on the transitions only).
+    write_failing: AtomicBool,
+}
+
+impl QueueInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish_disk_bytes(&self) {
+        let bytes = self.disk_bytes.load(Ordering::Acquire);
+        self.metrics
+            .disk_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    fn report(&self, exporter: &str, corruption: &Corruption) {
+        self.metrics.corrupt.inc();
+        tracing::error!(
+            event = "exporter.queue.corrupt",
+            exporter,
+            file = %corruption.file.display(),
+            offset = corruption.offset,
+            reason = corruption.reason,
+            "damaged record in the persistent queue skipped; its items are lost",
+        );
+    }
+
+    /// Marks `record` done, in a blocking task.
+    async fn ack(self: &Arc<Self>, exporter: &str, record: RecordRef) {
+        let inner = self.clone();
+        let result = tokio::task::spawn_blocking(move || inner.lock().ack(record)).await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(
+                event = "exporter.queue.ack_failed",
+                exporter,
+                error = %error,
+                "could not record a delivery on disk; it may be delivered again after a restart",
+            ),
+            Err(error) => tracing::warn!(
+                event = "exporter.queue.ack_failed",
+                exporter,
+                error = %error,
+            ),
+        }
+        self.publish_disk_bytes();
+        self.room.notify_waiters();
+    }
+}
+
+impl<P: Payload> DiskQueue<P> {
+    /// Opens (and recovers) the queue of exporter `id` under `storage.directory` and spawns
+    /// `consumers` workers. Records an earlier run left undelivered are queued first,
+    /// counted in `tailgate_exporter_queue_replayed_items_total`; damaged ones are reported.
+    ///
+    /// Blocks while the directory is scanned (at startup only).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the directory is missing (and may not be created), locked by
+    /// another process, or unreadable.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub(crate) fn start(
+        shared: &Arc<Shared>,
+        id: &ComponentId,
+        storage: &FileStorageConfig,
+        budget: Option<Arc<MemoryBudget>>,
+        capacity: usize,
+        consumers: usize,
+    ) -> Result<Self, StoreError> {
+        let base = &storage.directory;
+        if !base.is_dir() {
+            if !storage.create_directory {
+                return Err(StoreError::Missing { path: base.clone() });
+            }
+            create_dir(base, storage.directory_permissions)?;
+        }
+        let dir = queue_dir(base, id, P::SIGNAL);
+        if let Some(parent) = dir.parent() {
+            create_dir(parent, storage.directory_permissions)?;
+        }
+        let options = StoreOptions {
+            fsync: storage.fsync,
+            max_bytes: storage.max_size,
+            max_records: capacity,
+            // Small enough that a few segments fit the limit, so that space freed by
+            // delivery is given back (a segment is deleted only when all of it is done).
+            segment_bytes: (storage.max_size / 4).clamp(64 << 10, segment::SEGMENT_BYTES),
+            lock_timeout: storage.timeout,
+        };
+        let (store, recovered) = Store::open(&dir, options)?;
+        let metrics = shared.metrics.disk_queue();
+        let live = store.live_counter();
+        let disk_bytes = store.disk_bytes_counter();
+        let inner = Arc::new(QueueInner {
+            store: Mutex::new(store),
+            dir: dir.clone(),
+            available: Notify::new(),
+            room: Notify::new(),
+            budget,
+            metrics,
+            disk_bytes,
+            write_failing: AtomicBool::new(false),
+        });
+        for corruption in &recovered.corrupt {
+            inner.report(&shared.id, corruption);
+        }
+        inner.metrics.replayed.inc_by(recovered.items);
+        inner.publish_disk_bytes();
+        let weak = Arc::downgrade(&inner);
+        shared.metrics.observe_queue(
+            capacity,
+            Box::new(move || weak.upgrade().map(|_| live.load(Ordering::Acquire))),
+        );
+        tracing::info!(
+            event = "exporter.queue.opened",
+            exporter = %shared.id,
+            directory = %dir.display(),
+            replayed_batches = recovered.records,
+            replayed_items = recovered.items,
+            corrupt_records = recovered.corrupt.len(),
+            disk_bytes = inner.disk_bytes.load(Ordering::Acquire),
+        );
+        let handles = (0..consumers)
+            .map(|_| tokio::spawn(consume::<P>(shared.clone(), inner.clone())))
+            .collect();
+        Ok(Self {
+            inner,
+            consumers: Mutex::new(handles),
+            _payload: PhantomData,
+        })
+    }
+
+    /// Writes `batch` to disk, waiting while the queue is full (backpressure) or the disk
+    /// write fails, and drops it from memory.
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::ShutDown`] once shutdown has begun before the batch was written (it
+    /// is then counted in `otelcol_exporter_enqueue_failed_*`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a cancelled call may still have written the batch, which is then
+    /// delivered (the caller, believing otherwise, might send it twice).
+    pub(crate) async fn push(&self, shared: &Shared, batch: P) -> Result<(), ExportError> {
+        let items = batch.item_count();
+        let mut closed = shared.closed.subscribe();
+        loop {
+            let room = self.inner.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if *closed.borrow() {
+                shared.metrics.record_enqueue_failed(items);
+                return Err(ExportError::ShutDown { spans: items });
+            }
+            let inner = self.inner.clone();
+            let request = batch.request().clone();
+            let count = u32::try_from(items).unwrap_or(u32::MAX);
+            let written =
+                tokio::task::spawn_blocking(move || inner.lock().append(&request, count)).await;
+            let failure = match written {
+                Ok(Ok(Some(_))) => {
+                    if self.inner.write_failing.swap(false, Ordering::Relaxed) {
+                        tracing::info!(
+                            event = "exporter.queue.write_recovered",
+                            exporter = %shared.id,
+                        );
+                    }
+                    self.inner.metrics.persisted.inc_by(items as u64);
+                    self.inner.publish_disk_bytes();
+                    self.inner.available.notify_waiters();
+                    // The batch, and its memory-budget charge, are released here.
+                    drop(batch);
+                    return Ok(());
+                }
+                Ok(Ok(None)) => {
+                    // Full: wait for a delivery to free room, or for shutdown.
+                    tokio::select! {
+                        biased;
+                        _ = closed.wait_for(|closed| *closed) => {}
+                        () = room => {}
+                    }
+                    continue;
+                }
+                Ok(Err(error)) => error.to_string(),
+                Err(error) => error.to_string(),
+            };
+            if !self.inner.write_failing.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    event = "exporter.queue.write_failed",
+                    exporter = %shared.id,
+                    error = %failure,
+                    retry_in = %humantime::format_duration(WRITE_RETRY),
+                    "cannot write to the persistent queue; export waits until it can",
+                );
+            }
+            tokio::select! {
+                biased;
+                _ = closed.wait_for(|closed| *closed) => {}
+                () = tokio::time::sleep(WRITE_RETRY) => {}
+            }
+        }
+    }
+
+    /// Lets the consumers deliver until the queue is empty or `deadline` (the caller has
+    /// set `closed` and the deadline), then syncs the files. What is not delivered stays on
+    /// disk for the next start.
+    pub(crate) async fn drain(&self, shared: &Shared, deadline: Instant) {
+        self.inner.available.notify_waiters();
+        let handles =
+            std::mem::take(&mut *self.consumers.lock().unwrap_or_else(|e| e.into_inner()));
+        for handle in handles {
+            let abort = handle.abort_handle();
+            if tokio::time::timeout_at(deadline + ABORT_SLACK, handle)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        let inner = self.inner.clone();
+        let synced = tokio::task::spawn_blocking(move || {
+            let mut store = inner.lock();
+            store.sync().map(|()| (store.live(), store.unread()))
+        })
+        .await;
+        match synced {
+            Ok(Ok((left, _))) => tracing::info!(
+                event = "exporter.queue.closed",
+                exporter = %shared.id,
+                directory = %self.inner.dir.display(),
+                batches_on_disk = left,
+                disk_bytes = self.inner.disk_bytes.load(Ordering::Acquire),
+            ),
+            Ok(Err(error)) => tracing::warn!(
+                event = "exporter.queue.sync_failed",
+                exporter = %shared.id,
+                error = %error,
+            ),
+            Err(error) => tracing::warn!(
+                event = "exporter.queue.sync_failed",
+                exporter = %shared.id,
+                error = %error,
+            ),
+        }
+    }
+}
+
+/// Creates `dir` and its parents with `mode` (minus the umask).
+fn create_dir(dir: &Path, mode: u32) -> Result<(), StoreError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)
+        .map_err(|source| StoreError::Io {
+            action: "create",
+            path: dir.to_owned(),
+            source,
+        })
+}
+
+/// One consumer: takes records in order and delivers them until the queue is closed and
+/// has nothing unread, or the shutdown deadline passes.
+async fn consume<P: Payload>(shared: Arc<Shared>, inner: Arc<QueueInner>) {
+    let mut closed = shared.closed.subscribe();
+    let mut deadline = shared.deadline.subscribe();
+    loop {
+        let available = inner.available.notified();
+        tokio::pin!(available);
+        available.as_mut().enable();
+        let next = inner.lock().take();
+        let Some(record) = next else {
+            if *closed.borrow() {
+                return;
+            }
+            tokio::select! {
+                biased;
+                _ = closed.wait_for(|closed| *closed) => {}
+                () = available => {}
+            }
+            continue;
+        };
+        if matches!(*deadline.borrow(), Some(at) if Instant::now() >= at) {
+            return; // the record stays on disk
+        }
+        let path = inner.lock().segment_path(record.segment);
+        let read = tokio::task::spawn_blocking(move || segment::read_record(&path, record)).await;
+        let request = match read {
+            Ok(Ok(request)) => request,
+            Ok(Err(Ok(corruption))) => {
+                inner.report(&shared.id, &corruption);
+                inner.ack(&shared.id, record).await;
+                continue;
+            }
+            Ok(Err(Err(error))) => {
+                // Unreadable: skipped like a damaged record, so the queue is not stuck.
+                let corruption = Corruption {
+                    file: inner.lock().segment_path(record.segment),
+                    offset: record.offset,
+                    reason: "record cannot be read",
+                };
+                tracing::warn!(event = "exporter.queue.read_failed", exporter = %shared.id, error = %error);
+                inner.report(&shared.id, &corruption);
+                inner.ack(&shared.id, record).await;
+                continue;
+            }
+            Err(_) => return, // the runtime is shutting down
+        };
+        let mut batch = P::from_request(Bytes::from(request), record.items as usize);
+        if let Some(budget) = &inner.budget {
+            batch = batch.charged(budget);
+        }
+        let outcome = deliver(&shared, &batch, &mut deadline).await;
+        if matches!(outcome, Outcome::ShutDown) {
+            return; // the deadline passed: the record stays on disk for the next start
+        }
+        shared.record_outcome(&batch, &outcome);
+        drop(batch);
+        inner.ack(&shared.id, record).await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests {
+    use super::*;
+
+    fn id(written: &str, kind: &str, name: Option<&str>) -> ComponentId {
+        ComponentId {
+            written: written.to_owned(),
+            kind: kind.to_owned(),
+            name: name.map(str::to_owned),
+        }
+    }
+
+    /// Scenario: ids that a naive `/`→`_` replacement would merge, and an alias.
+    /// Guarantees: distinct ids get distinct directories; `otlp/x` and `otlp_grpc/x` (one
+    /// exporter) share one; the signal is the last component.
+    #[test]
+    fn queue_dirs_are_distinct_per_id() {
+        let base = Path::new("/q");
+        let a = queue_dir(base, &id("otlp_grpc/x", "otlp_grpc", Some("x")), "traces");
+        let b = queue_dir(
+            base,
+            &id("otlp/grpc_x", "otlp_grpc", Some("grpc_x")),
+            "traces",
+        );
+        let c = queue_dir(base, &id("otlp/x", "otlp_grpc", Some("x")), "traces");
+        assert_ne!(a, b);
+        assert_eq!(a, c);
+        assert_eq!(a, Path::new("/q/otlp_grpc~2fx/traces"));
+        let spaces = queue_dir(base, &id("otlp/a b", "otlp_grpc", Some("a b")), "metrics");
+        assert_eq!(spaces, Path::new("/q/otlp_grpc~2fa~20b/metrics"));
+    }
+}
