@@ -3,8 +3,6 @@
 //! refusals that the clients retry, and account for every span it accepted.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -16,6 +14,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use tokio::time::Instant;
 
+use crate::support::process::{GatewayProcess, RssWatcher};
 use crate::support::{self, OtlpSink, SinkBehavior};
 
 const LIMIT_MIB: u64 = 64;
@@ -192,12 +191,6 @@ async fn sender(
     accepted_failing
 }
 
-fn rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-}
-
 /// Scenario: four clients send operator-shaped traces as fast as they are accepted for
 /// 12 s into the tailgate binary with `memory_limiter: limit_mib: 64` and a sampler that
 /// keeps everything (so the load cannot shrink away), while the backend answers each export
@@ -214,57 +207,10 @@ async fn overload_stays_within_memory_and_loses_nothing() {
         delay: Duration::from_secs(1),
     })
     .await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, config(sink.addr)).expect("write config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tailgate"))
-        .args(["--config", path.to_str().expect("utf-8")])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tailgate starts");
-    let pid = child.id();
-    let stderr = child.stderr.take().expect("stderr piped");
-    // The startup log lines carry the ports the OS chose.
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let log_reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            for event in ["receiver.grpc.started", "telemetry.metrics.started"] {
-                if line.contains(event)
-                    && let Some(endpoint) = line.split("endpoint=").nth(1)
-                {
-                    let endpoint = endpoint.split_whitespace().next().unwrap_or("").to_owned();
-                    let _ = ready_tx.send((event, endpoint));
-                }
-            }
-            lines.push(line);
-        }
-        lines
-    });
-    let mut endpoints = HashMap::new();
-    while endpoints.len() < 2 {
-        let (event, endpoint) = ready_rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("gateway announces its ports");
-        endpoints.insert(event, endpoint);
-    }
-    let address = endpoints["receiver.grpc.started"].clone();
-    let metrics_url = format!("http://{}/metrics", endpoints["telemetry.metrics.started"]);
-
-    // Watch the RSS for the whole run.
-    let peak = Arc::new(AtomicU64::new(0));
-    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let watcher = {
-        let (peak, watching) = (peak.clone(), watching.clone());
-        std::thread::spawn(move || {
-            while watching.load(Ordering::Relaxed) {
-                if let Some(rss) = rss_bytes(pid) {
-                    peak.fetch_max(rss, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let gateway = GatewayProcess::start(&config(sink.addr));
+    let watcher = RssWatcher::start(gateway.pid());
+    let address = gateway.grpc.clone();
+    let metrics_url = gateway.metrics_url.clone();
 
     let counts = Arc::new(ClientCounts::default());
     let until = Instant::now() + LOAD;
@@ -298,24 +244,12 @@ async fn overload_stays_within_memory_and_loses_nothing() {
     })
     .await;
     let (_, metrics) = support::reqwest_get(&metrics_url).await;
-    watching.store(false, Ordering::Relaxed);
-    let _ = watcher.join();
-
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    let exited = support::eventually(Duration::from_secs(30), || {
-        let done = child.try_wait().expect("wait").is_some();
-        async move { done }
-    })
-    .await;
-    let lines = log_reader.join().expect("log reader");
-    assert!(exited, "tailgate exits after SIGTERM");
+    let peak_mib = watcher.stop();
+    gateway.sigterm();
+    let (status, lines) = gateway.wait(Duration::from_secs(30)).await;
+    assert!(status.is_some(), "tailgate exits after SIGTERM");
 
     let value = |name: &str, labels: &[&str]| support::metric_value(&metrics, name, labels);
-    let peak_mib = peak.load(Ordering::Relaxed) as f64 / f64::from(1 << 20);
     let refusals = counts.refusals.load(Ordering::Relaxed);
     let gave_up = counts.gave_up_spans.load(Ordering::Relaxed);
     let report = format!(
@@ -371,4 +305,177 @@ async fn overload_stays_within_memory_and_loses_nothing() {
             "an accepted error trace arrived whole"
         );
     }
+}
+
+/// Scenario: one client streams a single trace of ~100 MB (100 requests of ~1 MB) into
+/// the tailgate binary (`limit_mib: 64`, `maximum_trace_size_bytes: 1 MiB`) while another
+/// sends small traces with errors; the huge trace is one the 10% draw does not keep.
+/// Guarantees: the RSS never reaches the limit; the huge trace is decided as soon as it
+/// passes the size cap and its later spans are dropped through the decision cache
+/// (counted); every small error trace is exported, each decided within its 2 s decision
+/// window plus slack (the huge trace does not hold the others up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_trace_does_not_move_memory_or_delay_others() {
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{endpoint: 127.0.0.1:0}}
+processors:
+  memory_limiter: {{check_interval: 100ms, limit_mib: {LIMIT_MIB}}}
+  tail_sampling:
+    decision_wait: 2s
+    maximum_trace_size_bytes: 1048576
+    policies:
+      - {{name: errors, type: status_code, status_code: {{status_codes: [ERROR]}}}}
+      - {{name: baseline, type: probabilistic, probabilistic: {{sampling_percentage: 10}}}}
+  batch: {{}}
+exporters:
+  otlp/sink: {{endpoint: "{sink}", tls: {{insecure: true}}}}
+service:
+  pipelines:
+    traces: {{receivers: [otlp], processors: [memory_limiter, tail_sampling, batch], exporters: [otlp/sink]}}
+  telemetry:
+    metrics: {{address: 127.0.0.1:0}}
+"#,
+        sink = sink.addr
+    );
+    let gateway = GatewayProcess::start(&config);
+    let watcher = RssWatcher::start(gateway.pid());
+    let endpoint = format!("http://{}", gateway.grpc);
+
+    // The huge trace: randomness 1 (the lowest), so the 10% draw never keeps it.
+    let huge_id = [[0xaa; 8], [0, 0, 0, 0, 0, 0, 0, 1]].concat();
+    let huge = tokio::spawn({
+        let endpoint = endpoint.clone();
+        let huge_id = huge_id.clone();
+        async move {
+            let mut client = TraceServiceClient::connect(endpoint)
+                .await
+                .expect("connect");
+            let mut refused = 0;
+            for part in 0..100u64 {
+                let spans = (0..1_500u64)
+                    .map(|i| Span {
+                        trace_id: huge_id.clone(),
+                        span_id: ((part << 16) | (i + 1)).to_be_bytes().to_vec(),
+                        parent_span_id: 1u64.to_be_bytes().to_vec(),
+                        name: "chunk".into(),
+                        attributes: (0..10)
+                            .map(|a| KeyValue {
+                                key: format!("attribute.{a}"),
+                                key_strindex: 0,
+                                value: string_value(format!("{:0>50}", part * 100_000 + i)),
+                            })
+                            .collect(),
+                        ..Default::default()
+                    })
+                    .collect();
+                let request = ExportTraceServiceRequest {
+                    resource_spans: vec![ResourceSpans {
+                        scope_spans: vec![ScopeSpans {
+                            spans,
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }],
+                };
+                // Retry refusals so the whole trace is offered.
+                for _ in 0..50 {
+                    match client.export(request.clone()).await {
+                        Ok(_) => break,
+                        Err(_) => {
+                            refused += 1;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+            }
+            refused
+        }
+    });
+    let mut client = TraceServiceClient::connect(endpoint)
+        .await
+        .expect("connect");
+    let mut small_errors = 0u64;
+    for sequence in 0..20 {
+        let (request, failing) = request(7, sequence);
+        small_errors += failing.len() as u64;
+        client.export(request).await.expect("small traces accepted");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let refused_huge = huge.await.expect("huge sender");
+    let small_error_spans = small_errors * SPANS_PER_TRACE;
+    let arrived = support::eventually(Duration::from_secs(20), || {
+        let handle = sink.handle.clone();
+        let huge_id = huge_id.clone();
+        async move {
+            handle
+                .spans()
+                .iter()
+                .filter(|s| {
+                    s.span.trace_id != huge_id
+                        && s.span.status.as_ref().is_some_and(|st| st.code == 2)
+                })
+                .count() as u64
+                >= small_errors
+        }
+    })
+    .await;
+    let (_, metrics) = support::reqwest_get(&gateway.metrics_url).await;
+    let peak_mib = watcher.stop();
+    gateway.sigterm();
+    let _ = gateway.wait(Duration::from_secs(30)).await;
+
+    let value = |name: &str, labels: &[&str]| support::metric_value(&metrics, name, labels);
+    let received = sink.handle.spans();
+    let huge_received = received
+        .iter()
+        .filter(|s| s.span.trace_id == huge_id)
+        .count();
+    let report = format!(
+        "peak RSS {peak_mib:.1} MiB; huge trace refusals {refused_huge}; huge spans received {huge_received}; \
+         too large {}; late not-kept spans {}; small error spans expected {small_error_spans}",
+        value(
+            "otelcol_processor_tail_sampling_traces_dropped_too_large_total",
+            &[]
+        ),
+        value(
+            "otelcol_processor_tail_sampling_early_releases_from_cache_decision_total",
+            &["sampled=\"false\""]
+        ),
+    );
+    eprintln!("huge trace: {report}");
+    assert!(arrived, "every small error trace arrived: {report}");
+    assert!(
+        peak_mib < LIMIT_MIB as f64,
+        "RSS stayed under limit_mib: {report}"
+    );
+    assert_eq!(huge_received, 0, "the huge trace was not kept: {report}");
+    assert_eq!(
+        value(
+            "otelcol_processor_tail_sampling_traces_dropped_too_large_total",
+            &[]
+        ),
+        1.0,
+        "{report}"
+    );
+    assert!(
+        value(
+            "otelcol_processor_tail_sampling_early_releases_from_cache_decision_total",
+            &["sampled=\"false\""]
+        ) > 100_000.0,
+        "the huge trace's later spans were dropped at once through the cache: {report}"
+    );
+    let decided = value("tailgate_sampler_decision_delay_seconds_count", &[]);
+    let within = value(
+        "tailgate_sampler_decision_delay_seconds_bucket",
+        &["le=\"5\""],
+    );
+    assert_eq!(
+        within, decided,
+        "every trace decided within 5 s of its first span: {report}"
+    );
 }

@@ -20,6 +20,34 @@ async fn sigterm_exports_data_in_flight() {
     let config = support::gateway_config(sink.addr, "")
         .replace("timeout: 50ms", "timeout: 60s")
         .replace("send_batch_size: 512", "send_batch_size: 100000");
+    sigterm_with_500_spans_held(config, &sink).await;
+}
+
+/// Scenario: the tail sampler's buffer is full (500 traces at `num_traces: 500`, due in an
+/// hour) when the tailgate binary receives SIGTERM.
+/// Guarantees: every buffered trace is decided (kept, by `always_sample`) and exported
+/// before the process exits with status 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_decides_and_exports_a_full_buffer() {
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let config = support::gateway_config(sink.addr, "")
+        .replace(
+            "processors:\n  batch:",
+            "processors:
+  tail_sampling:
+    decision_wait: 1h
+    num_traces: 500
+    block_on_overflow: true
+    policies: [{name: all, type: always_sample}]
+  batch:",
+        )
+        .replace("processors: [batch]", "processors: [tail_sampling, batch]");
+    sigterm_with_500_spans_held(config, &sink).await;
+}
+
+/// Runs the binary with `config`, sends 500 spans in 500 traces, checks none has left
+/// yet, sends SIGTERM, and checks that all 500 were exported before a clean exit.
+async fn sigterm_with_500_spans_held(config: String, sink: &OtlpSink) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config).expect("write config");
@@ -59,7 +87,7 @@ async fn sigterm_exports_data_in_flight() {
                 scope_spans: vec![ScopeSpans {
                     spans: (0..100u8)
                         .map(|i| Span {
-                            trace_id: vec![batch + 1; 16],
+                            trace_id: [[batch + 1; 8], [i + 1; 8]].concat(),
                             span_id: vec![batch + 1, i + 1, 0, 0, 0, 0, 0, 1],
                             name: format!("inflight-{batch}-{i}"),
                             ..Default::default()
@@ -72,7 +100,7 @@ async fn sigterm_exports_data_in_flight() {
         };
         client.export(request).await.expect("accepted");
     }
-    assert_eq!(sink.handle.span_count(), 0, "held by the 60s batch timeout");
+    assert_eq!(sink.handle.span_count(), 0, "held before the signal");
 
     let pid = child.id().to_string();
     let killed = Command::new("kill")

@@ -19,7 +19,7 @@ pub use budget::MemoryBudget;
 pub use cgroup::{TotalSource, total_memory};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
@@ -123,6 +123,10 @@ pub struct MemoryLimiter {
     limits: Limits,
     budget: Arc<MemoryBudget>,
     state: AtomicU8,
+    /// What the RSS held beyond the budget at the last check (runtime, buffers in flight,
+    /// allocator slack): admission adds it to the budget to estimate the RSS between
+    /// checks.
+    overhead: AtomicU64,
     check_interval: Duration,
     metrics: LimiterMetrics,
 }
@@ -204,6 +208,7 @@ impl MemoryLimiter {
             limits,
             budget,
             state: AtomicU8::new(LimiterState::Normal as u8),
+            overhead: AtomicU64::new(0),
             check_interval,
             metrics,
         }))
@@ -242,8 +247,15 @@ impl MemoryLimiter {
             LimiterState::Soft => return refuse("memory use above the soft limit"),
             LimiterState::Normal => {}
         }
-        if self.budget.used().saturating_add(incoming_bytes) > self.budget.soft_limit() {
+        let used = self.budget.used().saturating_add(incoming_bytes);
+        if used > self.budget.soft_limit() {
             return refuse("memory budget full");
+        }
+        // The RSS now is about what it was at the last check, moved by what the budget
+        // gained since: refuse before the next check would find it past the soft limit.
+        let overhead = usize::try_from(self.overhead.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        if used.saturating_add(overhead) > self.budget.soft_limit() {
+            return refuse("memory use near the soft limit");
         }
         Ok(())
     }
@@ -265,6 +277,8 @@ impl MemoryLimiter {
     /// Moves the state for a reading of `rss` bytes and the budget's use.
     pub fn observe(&self, rss: u64) {
         let used = self.budget.used() as u64;
+        self.overhead
+            .store(rss.saturating_sub(used), Ordering::Relaxed);
         let highest = rss.max(used);
         let before = self.state();
         let recovered = (self.limits.soft as f64 * RECOVERY_SHARE) as u64;
@@ -387,6 +401,27 @@ mod tests {
         limiter.observe(700);
         assert_eq!(limiter.state(), LimiterState::Normal);
         assert!(limiter.admit(0).is_ok());
+    }
+
+    /// Scenario: the last RSS reading shows 500 bytes beyond what the budget holds, then
+    /// the budget grows.
+    /// Guarantees: admission estimates the RSS as budget + that overhead and refuses
+    /// before the next reading would find the soft limit passed.
+    #[test]
+    fn admission_estimates_rss_between_checks() {
+        let limiter = limiter(1000, 800);
+        limiter.budget().charge(100);
+        limiter.observe(600);
+        assert_eq!(limiter.state(), LimiterState::Normal);
+        assert!(
+            limiter.admit(100).is_ok(),
+            "100 + 100 + 500 overhead fits under 800"
+        );
+        limiter.budget().charge(150);
+        assert!(
+            limiter.admit(100).is_err(),
+            "250 + 100 + 500 overhead would pass 800"
+        );
     }
 
     /// Scenario: the budget is nearly full when a request arrives.

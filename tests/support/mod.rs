@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod metrics_sink;
+pub mod process;
 pub mod prometheus;
 pub mod sink;
 
