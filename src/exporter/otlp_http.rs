@@ -196,8 +196,9 @@ fn compress(
     }
 }
 
-/// Reads at most `limit` bytes of `body`; the rest is left unread.
-async fn read_limited(
+/// Reads at most `limit` bytes of `body`; the rest is left unread. Shared by every HTTP
+/// exporter: a misbehaving server cannot make one buffer a huge error body.
+pub(crate) async fn read_limited(
     mut body: hyper::body::Incoming,
     limit: usize,
 ) -> Result<Bytes, hyper::Error> {
@@ -215,7 +216,7 @@ async fn read_limited(
 }
 
 /// The error and its sources, `: `-joined (hyper-util's top-level message alone is vague).
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {

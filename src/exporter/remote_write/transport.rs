@@ -9,12 +9,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{
     CONTENT_ENCODING, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT,
 };
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -23,6 +23,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::config::RemoteWriteConfig;
 use crate::exporter::ExporterError;
 use crate::exporter::metrics::RetryErrorType;
+use crate::exporter::otlp_http::{error_chain, read_limited};
 use crate::exporter::retry::parse_retry_after;
 use crate::exporter::tls::{self, Alpn};
 use crate::exporter::transport::AttemptError;
@@ -298,36 +299,6 @@ pub(crate) fn classify(
         throttle: retry_after,
         message,
     }
-}
-
-/// Reads at most `limit` bytes of `body`.
-async fn read_limited(
-    mut body: hyper::body::Incoming,
-    limit: usize,
-) -> Result<Bytes, hyper::Error> {
-    let mut buf = BytesMut::new();
-    while buf.len() < limit {
-        let Some(frame) = body.frame().await else {
-            break;
-        };
-        if let Ok(data) = frame?.into_data() {
-            let take = data.len().min(limit - buf.len());
-            buf.extend_from_slice(&data[..take]);
-        }
-    }
-    Ok(buf.freeze())
-}
-
-/// The error and its sources, `: `-joined.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        message.push_str(": ");
-        message.push_str(&e.to_string());
-        source = e.source();
-    }
-    message
 }
 
 #[cfg(test)]
