@@ -7,7 +7,10 @@
 #   spans/s accepted, CPU seconds per million spans (utime+stime from /proc/<pid>/stat,
 #   read before and after the load), idle RSS and peak RSS (VmRSS before the load, VmHWM
 #   after), the delay from a trace's root span end (= when the loadgen made it) to its
-#   arrival at the sink (p50/p99), refusals.
+#   arrival at the sink (p50/p99), refusals; and, with a tail sampler, the most spans it
+#   held at once (its tailgate_sampler_spans_held, polled every 0.25 s with the gateway's
+#   VmRSS) and the RSS above idle per held span at that moment, beside the bytes per held
+#   span the sampler charges (tailgate_sampler_bytes_held).
 # Results: a Markdown table on stdout and in $OUT/results.md, raw JSON in $OUT/.
 #
 # Usage: benches/load.sh [--config FILE] [--duration 25s] [--rate SPANS_PER_SEC]
@@ -109,6 +112,20 @@ wait_port() {
   return 1
 }
 sink_spans() { jq -r '.spans' "$1" 2>/dev/null || echo 0; }
+# sample_held PID FILE: until PID ends, every 0.25 s a line "VmRSS-kB spans-held bytes-held"
+# (the sums over the gateway's tail samplers, 0 without one).
+sample_held() {
+  : >"$2"
+  while kill -0 "$1" 2>/dev/null; do
+    local rss held
+    rss=$(status_kb "$1" VmRSS 2>/dev/null || echo 0)
+    held=$(curl -s --max-time 1 "http://$TAILGATE_BENCH_METRICS/metrics" 2>/dev/null |
+      awk '/^tailgate_sampler_spans_held/ {s += $NF} /^tailgate_sampler_bytes_held/ {b += $NF}
+           END {printf "%d %d", s, b}' || echo "0 0")
+    echo "$rss $held" >>"$2"
+    sleep 0.25
+  done
+}
 
 scenario_args() {
   local grpc=(--protocol grpc --endpoint "http://$TAILGATE_BENCH_GRPC")
@@ -155,9 +172,18 @@ run_one() {
   local idle_kb cpu0 cpu1 hwm_kb
   idle_kb=$(status_kb "$pid" VmRSS)
   cpu0=$(cpu_ticks "$pid")
+  sample_held "$pid" "$OUT/$tag.held" &
+  local sampler=$!
   # shellcheck disable=SC2086
   "$BIN/tailgate-loadgen" $args --duration "$DURATION" --seed 1 --quiet \
     --summary-json "$OUT/$tag.loadgen.json" >"$OUT/$tag.loadgen.out" 2>&1 || true
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  # The sample with the most spans held: "held rss-above-idle-B/span charged-B/span".
+  local held
+  held=$(awk -v idle="$idle_kb" '$2 > max {max = $2; rss = $1; bytes = $3}
+    END {if (max > 0) printf "%d %.0f %.0f", max, (rss - idle) * 1024 / max, bytes / max;
+         else print "0 0 0"}' "$OUT/$tag.held")
   # Drain: until the sink has every accepted span (pass-through) or stops changing for
   # 3 s (sampling), at most 30 s.
   local accepted last=-1 same=0
@@ -184,12 +210,14 @@ run_one() {
     -v refused="$(jq -r '.refused_spans' "$L")" -v refusals="$(jq -r '.refusals' "$L")" \
     -v p99="$(jq -r '.latency.p99_ms' "$L")" \
     -v sink="$(jq -r '.spans' "$S")" -v d50="$(jq -r '.delay_ms_p50' "$S")" \
-    -v d99="$(jq -r '.delay_ms_p99' "$S")" \
+    -v d99="$(jq -r '.delay_ms_p99' "$S")" -v held="$held" \
     'BEGIN {
        cpu = ticks / hz;
-       printf "| %s | %s | %s | %.0f | %d | %d | %.2f | %.1f | %.1f | %d / %d | %.1f | %d / %d | %.0f |\n",
+       split(held, h, " ");
+       buffered = (h[1] > 0 ? sprintf("%d / %d / %d", h[1], h[2], h[3]) : "-");
+       printf "| %s | %s | %s | %.0f | %d | %d | %.2f | %.1f | %.1f | %d / %d | %.1f | %d / %d | %.0f | %s |\n",
          sc, gw, cfg, rate, acc, sink, (acc > 0 ? cpu / acc * 1e6 : 0), idle / 1024, hwm / 1024,
-         d50, d99, p99, refusals, refused, bps
+         d50, d99, p99, refusals, refused, bps, buffered
      }' | tee -a "$RESULTS"
 }
 
@@ -197,8 +225,8 @@ run_one() {
   echo
   echo "### $(date -u +%Y-%m-%dT%H:%MZ) duration $DURATION, rate $RATE spans/s, config $CONFIG_NOTE, export compression $TAILGATE_BENCH_EXPORT_COMPRESSION"
   echo
-  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span | max held spans / RSS B per held span / charged B per held span |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee -a "$RESULTS"
 
 if [ "$CONFIG_OK" = 1 ]; then

@@ -9,19 +9,37 @@
 //! - `json`: OTLP/JSON → protobuf transcoding at the edge.
 //! - `frame`: re-framing every span with `TraceRequestWriter`, and `split_batch` into
 //!   100-span pieces.
-//! - `sampler` and `remote_write`: marked places for the stages being written.
+//! - `sampler`: the tail sampler with the seed policies (status_code ERROR + probabilistic
+//!   10%): parse + insert every span of a request into a fresh buffer (`sampler_insert`),
+//!   and deciding every buffered trace and framing the kept ones (`sampler_decide`).
+//!
+//! A separate group, `remote_write`, times the translation of a span-metrics-shaped
+//! `ExportMetricsServiceRequest` into Prometheus series, per data point.
 
 use std::hint::black_box;
 
 use bytes::Bytes;
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics,
+    ScopeMetrics, Sum, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
+use tailgate::config::{ProcessorConfig, TailSamplingConfig};
+use tailgate::exporter::remote_write::translate::{Options, translate};
+use tailgate::limiter::MemoryBudget;
 use tailgate::loadgen::{Generator, GeneratorConfig};
 use tailgate::otlp::{
     TraceRequestWriter, count_spans, parse_traces_request, split_batch, traces_json_to_protobuf,
 };
-use tailgate::pipeline::TraceBatch;
+use tailgate::pipeline::{Downstream, TraceBatch};
+use tailgate::sampler::policy::PolicySet;
+use tailgate::sampler::{SamplerIngest, SamplerMetrics, SamplerSettings, TailSampler};
+use tokio::sync::mpsc;
 
 /// A fixed point in time, so the requests (and the bench) are the same on every run.
 const END: u64 = 1_767_225_600_000_000_000;
@@ -149,17 +167,207 @@ fn bench(c: &mut Criterion) {
             b.iter(|| split_batch(black_box(&batch), Some(100), usize::MAX).expect("valid"))
         });
 
-        // === sampler: buffer insert and decide per span ===
-        // PLACEHOLDER for `crate::sampler` (being written): parse the request, insert every
-        // span into the trace buffer keyed by trace id, then decide every trace with the
-        // seed policies (status_code ERROR + probabilistic 10%) and re-frame the kept spans.
-        // Compare it with `floor_scan_copy` above: the target is within 3× of the floor.
-
-        // === remote_write translation ===
-        // PLACEHOLDER for the span-metrics → Prometheus remote-write path (later).
+        // === sampler: buffer insert and decide, per span ===
+        // Each iteration gets a fresh sampler (built outside the timing), as in the
+        // gateway: 16 shards, the seed's policies and timings. Compare with
+        // `floor_scan_copy`: the target is within 3× of the floor.
+        let tail_sampling = seed_sampler_config();
+        group.bench_function("sampler_insert", |b| {
+            b.iter_batched(
+                || start_sampler(&tail_sampling),
+                |(ingest, closed)| {
+                    ingest.ingest(black_box(&batch)).expect("valid");
+                    (ingest, closed)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        // Decides every buffered trace (the shutdown round: all of them at once) and frames
+        // the kept ~11 % into requests; per span, so a trace (6 spans) costs 6× this.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        group.bench_function("sampler_decide", |b| {
+            b.iter_batched(
+                || {
+                    let (ingest, closed) = start_sampler(&tail_sampling);
+                    ingest.ingest(&batch).expect("valid");
+                    let (tx, rx) = mpsc::channel(1024);
+                    (ingest.sampler().clone(), closed, tx, rx)
+                },
+                |(sampler, closed, tx, rx)| {
+                    // The ingest handle is gone: `run` decides everything and returns.
+                    runtime.block_on(sampler.run(closed, Downstream::Stage(tx)));
+                    rx
+                },
+                BatchSize::PerIteration,
+            )
+        });
 
         group.finish();
     }
+
+    // === remote_write translation (span metrics → Prometheus series) ===
+    let metrics = span_metrics_request(2, 40);
+    let points = 2 * 40 * 2;
+    let options = Options {
+        target_info: true,
+        add_metric_suffixes: true,
+        ..Options::default()
+    };
+    assert_eq!(translate(&metrics, &options).points(), points);
+    let mut group = c.benchmark_group(format!("remote_write_{points}_points"));
+    group.throughput(Throughput::Elements(points as u64));
+    group.bench_function("translate", |b| {
+        b.iter(|| translate(black_box(&metrics), &options))
+    });
+    group.finish();
+}
+
+/// The seed's `tail_sampling` (benches/configs/seed.yaml): status_code ERROR, then
+/// probabilistic 10%; decision_wait 2s, 1s after the root.
+fn seed_sampler_config() -> TailSamplingConfig {
+    let yaml = "receivers: {otlp: {protocols: {grpc: {}}}}
+processors:
+  tail_sampling:
+    decision_wait: 2s
+    decision_wait_after_root_received: 1s
+    policies:
+      - {name: errors, type: status_code, status_code: {status_codes: [ERROR]}}
+      - {name: baseline, type: probabilistic, probabilistic: {sampling_percentage: 10}}
+exporters: {debug: {}}
+service: {pipelines: {traces: {receivers: [otlp], processors: [tail_sampling], exporters: [debug]}}}
+";
+    let config = tailgate::config::load_str(&[yaml]).expect("valid sampler config");
+    match config.processors.into_values().next() {
+        Some(ProcessorConfig::TailSampling(tail_sampling)) => tail_sampling,
+        _ => panic!("tail_sampling configured"),
+    }
+}
+
+/// A sampler as the gateway builds it (16 shards, unlimited budget).
+fn start_sampler(config: &TailSamplingConfig) -> (SamplerIngest, mpsc::Receiver<()>) {
+    let policies = PolicySet::compile(config).expect("policies compile");
+    let metrics = SamplerMetrics::unregistered(policies.names());
+    TailSampler::start(
+        SamplerSettings::from(config),
+        policies,
+        metrics,
+        MemoryBudget::unlimited(),
+        16,
+    )
+}
+
+fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+/// What the spanmetrics connector emits for `services` services of `series` span
+/// (name, kind, status) combinations each: a cumulative `traces.span.metrics.calls` sum
+/// and a cumulative `traces.span.metrics.duration` histogram (the connector's 16 default
+/// bounds, in ms), one point per combination in each.
+fn span_metrics_request(services: usize, series: usize) -> ExportMetricsServiceRequest {
+    const BOUNDS: [f64; 16] = [
+        2.0, 4.0, 6.0, 8.0, 10.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1000.0, 1400.0, 2000.0, 5000.0,
+        10000.0, 15000.0,
+    ];
+    let start = END - 60_000_000_000;
+    let attributes = |service: usize, i: usize| {
+        vec![
+            kv("service.name", &format!("service-{service}")),
+            kv("span.name", &format!("operation-{}", i / 4)),
+            kv(
+                "span.kind",
+                if i.is_multiple_of(2) {
+                    "SPAN_KIND_SERVER"
+                } else {
+                    "SPAN_KIND_INTERNAL"
+                },
+            ),
+            kv(
+                "status.code",
+                if i % 4 < 2 {
+                    "STATUS_CODE_UNSET"
+                } else {
+                    "STATUS_CODE_ERROR"
+                },
+            ),
+        ]
+    };
+    let resource_metrics = (0..services)
+        .map(|service| {
+            let calls = (0..series)
+                .map(|i| NumberDataPoint {
+                    attributes: attributes(service, i),
+                    start_time_unix_nano: start,
+                    time_unix_nano: END,
+                    value: Some(number_data_point::Value::AsInt(100 + i as i64)),
+                    ..Default::default()
+                })
+                .collect();
+            let durations = (0..series)
+                .map(|i| {
+                    let bucket_counts: Vec<u64> =
+                        (0..=BOUNDS.len() as u64).map(|b| b + i as u64).collect();
+                    HistogramDataPoint {
+                        attributes: attributes(service, i),
+                        start_time_unix_nano: start,
+                        time_unix_nano: END,
+                        count: bucket_counts.iter().sum(),
+                        sum: Some(1234.5 + i as f64),
+                        bucket_counts,
+                        explicit_bounds: BOUNDS.to_vec(),
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: vec![
+                        kv("service.name", &format!("service-{service}")),
+                        kv("service.instance.id", &format!("instance-{service}")),
+                        kv("k8s.namespace.name", "operators"),
+                    ],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![
+                        Metric {
+                            name: "traces.span.metrics.calls".into(),
+                            data: Some(metric::Data::Sum(Sum {
+                                data_points: calls,
+                                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                                is_monotonic: true,
+                            })),
+                            ..Default::default()
+                        },
+                        Metric {
+                            name: "traces.span.metrics.duration".into(),
+                            unit: "ms".into(),
+                            data: Some(metric::Data::Histogram(
+                                opentelemetry_proto::tonic::metrics::v1::Histogram {
+                                    data_points: durations,
+                                    aggregation_temporality: AggregationTemporality::Cumulative
+                                        as i32,
+                                },
+                            )),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    ExportMetricsServiceRequest { resource_metrics }
 }
 
 criterion_group!(benches, bench);

@@ -5,6 +5,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// jemalloc rather than the system allocator: the sampler holds many small, growing,
+/// short-lived buffers (one arena per trace) that are allocated on the receivers' threads
+/// and freed on the decision task's. With glibc malloc, under load, freed memory was
+/// returned to the OS and faulted back in (a large share of kernel time) and RSS per
+/// buffered span was ~2.4× its encoded size; see BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// A tail-sampling OTLP gateway, configured in the OpenTelemetry Collector's YAML.
 #[derive(Debug, Parser)]
 #[command(name = "tailgate", version)]

@@ -30,6 +30,7 @@ use crate::config::{ComponentId, PipelineId};
 use crate::error::PipelineError;
 use crate::exporter::{MetricsExporter, TracesExporter};
 use crate::limiter::MemoryBudget;
+use crate::otlp::ResourceSpansView;
 use crate::sampler::SamplerIngest;
 
 /// How many requests a pipeline's input queue holds before receivers wait.
@@ -93,6 +94,16 @@ impl TracesSink {
         self.inputs.is_empty()
     }
 
+    /// True when a tail sampler is the entry of at least one of the pipelines: it needs the
+    /// request's spans, so the receiver should parse the request (which validates it as
+    /// strictly as [`crate::otlp::count_spans`]) and pass the views to
+    /// [`accept_parsed`](Self::accept_parsed), instead of walking it twice.
+    pub fn feeds_sampler(&self) -> bool {
+        self.inputs
+            .iter()
+            .any(|input| matches!(input, PipelineInput::Sampler { .. }))
+    }
+
     /// Admits `batch` into every pipeline, or into none.
     ///
     /// Every pipeline is asked for room first: each tail sampler checks its buffer, and a
@@ -108,6 +119,25 @@ impl TracesSink {
     ///
     /// Cancelling drops the reserved slots; no pipeline receives the batch.
     pub async fn accept(&self, batch: TraceBatch) -> Result<(), PipelineError> {
+        self.accept_parsed(batch, None).await
+    }
+
+    /// [`accept`](Self::accept), with the views of `batch.request` when the caller has
+    /// already parsed it ([`crate::otlp::parse_traces_request`] of exactly those bytes):
+    /// tail samplers then use them instead of parsing the request again.
+    ///
+    /// # Errors
+    ///
+    /// As [`accept`](Self::accept).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`accept`](Self::accept).
+    pub async fn accept_parsed(
+        &self,
+        batch: TraceBatch,
+        parsed: Option<&[ResourceSpansView]>,
+    ) -> Result<(), PipelineError> {
         let mut permits = Vec::with_capacity(self.inputs.len());
         let mut samplers = Vec::new();
         for input in self.inputs.iter() {
@@ -131,7 +161,10 @@ impl TracesSink {
             }
         }
         for ingest in samplers {
-            ingest.ingest(&batch)?;
+            match parsed {
+                Some(resources) => ingest.ingest_parsed(resources),
+                None => ingest.ingest(&batch)?,
+            }
         }
         // Queued requests hold their buffer until the next stage is done with it.
         let batch = match (&self.budget, permits.is_empty()) {

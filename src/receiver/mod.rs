@@ -3,6 +3,8 @@
 //! Both transports share one [`TracesIntake`]: validate the request with the wire reader
 //! (exactly as strict as a protobuf decode, plus OTLP's id lengths), count its spans, and
 //! admit it into every pipeline the receiver feeds. Spans are not decoded into objects.
+//! When a tail sampler is among those pipelines, the validating walk is the parse that
+//! yields the span views, and the sampler takes the views: each request is walked once.
 //!
 //! Metrics go through a [`MetricsIntake`] beside it: a prost decode validates the request
 //! and counts its data points, and the original bytes go on.
@@ -69,8 +71,23 @@ impl TracesIntake {
     /// [`PipelineError::Malformed`] when the bytes are not a valid request, or the
     /// pipeline's refusal. Every refusal is counted before it is returned.
     pub async fn ingest(&self, request: Bytes) -> Result<usize, PipelineError> {
-        let spans = match crate::otlp::count_spans(&request) {
-            Ok(spans) => spans,
+        // A tail sampler needs the spans: parse once (the same walk, as strict, with the
+        // same errors as `count_spans`) and hand the views on, rather than validating here
+        // and parsing again in the sampler.
+        let checked = if self.sink.feeds_sampler() {
+            crate::otlp::parse_traces_request(&request).map(|resources| {
+                let spans = resources
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .map(|s| s.spans.len())
+                    .sum();
+                (spans, Some(resources))
+            })
+        } else {
+            crate::otlp::count_spans(&request).map(|spans| (spans, None))
+        };
+        let (spans, parsed) = match checked {
+            Ok(checked) => checked,
             Err(error) => {
                 let error = PipelineError::Malformed(error.to_string());
                 self.refuse(&request, &error);
@@ -85,7 +102,11 @@ impl TracesIntake {
             self.metrics.record_refused(spans, &error);
             return Err(error);
         }
-        match self.sink.accept(TraceBatch::new(request, spans)).await {
+        match self
+            .sink
+            .accept_parsed(TraceBatch::new(request, spans), parsed.as_deref())
+            .await
+        {
             Ok(()) => {
                 self.metrics.record_accepted(spans);
                 Ok(spans)

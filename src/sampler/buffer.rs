@@ -89,6 +89,27 @@ impl PendingTrace {
         }
     }
 
+    /// Makes room for `spans` more spans of `bytes` encoded bytes in all, before they are
+    /// pushed: a trace that arrives whole in one request gets an arena of exactly its size
+    /// (growing span by span doubled the arena, holding up to twice the bytes, and copied
+    /// it on every growth). A trace that grows again later grows by at least half, so a
+    /// trace trickling in span by span is still copied O(1) times per byte.
+    pub fn reserve(&mut self, spans: usize, bytes: usize) {
+        fn grow<T>(v: &mut Vec<T>, more: usize) {
+            if v.capacity() - v.len() >= more {
+                return;
+            }
+            let target = if v.is_empty() {
+                more
+            } else {
+                (v.len() + more).max(v.len() + v.len() / 2)
+            };
+            v.reserve_exact(target - v.len());
+        }
+        grow(&mut self.arena, bytes);
+        grow(&mut self.spans, spans);
+    }
+
     /// Appends one span's bytes under `origin`.
     pub fn push_span(&mut self, origin: &Arc<Origin>, span: &[u8]) {
         let origin_index = match self.origins.last() {
@@ -106,12 +127,6 @@ impl PendingTrace {
             start,
             len: span.len() as u32,
         });
-    }
-
-    /// The bytes of `span`.
-    pub fn span_bytes(&self, span: &HeldSpan) -> &[u8] {
-        let start = span.start as usize;
-        &self.arena[start..start + span.len as usize]
     }
 
     /// Bytes this trace holds: its arena, index and origins (an origin shared with other

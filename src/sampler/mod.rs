@@ -60,7 +60,7 @@ use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
 use self::threshold::Threshold;
 use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
-use crate::otlp::{TraceId, TraceRequestWriter, parse_traces_request};
+use crate::otlp::{ResourceSpansView, SpanView, TraceId, TraceRequestWriter, parse_traces_request};
 use crate::pipeline::{Downstream, Payload, TraceBatch};
 
 /// The scope attribute naming the policy that kept a trace (`record_policy`).
@@ -148,6 +148,18 @@ struct LateSpan {
     kept: KeptDecision,
 }
 
+/// One span of a request being ingested: where it goes and what it came under.
+struct Arrival<'a> {
+    /// The shard its trace id hashes to.
+    shard: usize,
+    /// Index of its `ResourceSpans` in the request (and of that resource's matches).
+    resource: usize,
+    /// Index of its `ScopeSpans` in the request's origins.
+    origin: usize,
+    /// The span.
+    span: &'a SpanView,
+}
+
 /// A decided trace on its way out of the buffer.
 struct Decided {
     trace: PendingTrace,
@@ -187,6 +199,12 @@ impl SamplerIngest {
     /// them, so this is a bug) .
     pub fn ingest(&self, batch: &TraceBatch) -> Result<(), PipelineError> {
         self.sampler.ingest(batch)
+    }
+
+    /// Buffers the spans of a request the receiver has already parsed; see
+    /// [`TailSampler::ingest_parsed`].
+    pub fn ingest_parsed(&self, resources: &[ResourceSpansView]) {
+        self.sampler.ingest_parsed(resources);
     }
 
     /// The sampler behind this handle.
@@ -284,46 +302,74 @@ impl TailSampler {
     pub fn ingest(&self, batch: &TraceBatch) -> Result<(), PipelineError> {
         let resources = parse_traces_request(&batch.request)
             .map_err(|error| PipelineError::Malformed(error.to_string()))?;
+        self.ingest_parsed(&resources);
+        Ok(())
+    }
+
+    /// [`ingest`](Self::ingest) of a request already parsed by
+    /// [`parse_traces_request`] (the receiver's validating walk), so it is not walked
+    /// twice.
+    pub fn ingest_parsed(&self, resources: &[ResourceSpansView]) {
         let now = Instant::now();
 
-        // Group the spans by shard, so each shard is locked once per request.
-        let mut per_shard: Vec<Vec<(usize, Arc<Origin>, crate::otlp::SpanView)>> =
-            (0..self.shards.len()).map(|_| Vec::new()).collect();
+        // One origin per ScopeSpans (its resource copied once per ResourceSpans), shared
+        // by the traces of this request: the request buffer itself is not retained.
         let mut matches = Vec::with_capacity(resources.len());
-        for resource_spans in resources {
+        let mut origins = Vec::with_capacity(resources.iter().map(|r| r.scope_spans.len()).sum());
+        let mut spans = Vec::with_capacity(
+            resources
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len())
+                .sum(),
+        );
+        for (resource_index, resource_spans) in resources.iter().enumerate() {
             matches.push(self.policies.observe_resource(&resource_spans.resource));
             let resource = Bytes::copy_from_slice(&resource_spans.resource);
             let resource_schema_url = Bytes::copy_from_slice(&resource_spans.schema_url);
-            for scope_spans in resource_spans.scope_spans {
-                let origin = Arc::new(Origin {
+            for scope_spans in &resource_spans.scope_spans {
+                let origin_index = origins.len();
+                origins.push(Arc::new(Origin {
                     resource: resource.clone(),
                     resource_schema_url: resource_schema_url.clone(),
                     scope: Bytes::copy_from_slice(&scope_spans.scope),
                     scope_schema_url: Bytes::copy_from_slice(&scope_spans.schema_url),
-                });
-                for span in scope_spans.spans {
-                    let shard = self.shard_of(&span.trace_id);
-                    per_shard[shard].push((matches.len() - 1, origin.clone(), span));
+                }));
+                for span in &scope_spans.spans {
+                    spans.push(Arrival {
+                        shard: self.shard_of(&span.trace_id),
+                        resource: resource_index,
+                        origin: origin_index,
+                        span,
+                    });
                 }
             }
         }
+        // Grouped by shard (each shard is locked once per request) and by trace within it
+        // (each trace is looked up once and its arena grown once); a stable sort keeps
+        // every trace's spans in arrival order.
+        spans.sort_by(|a, b| (a.shard, &a.span.trace_id.0).cmp(&(b.shard, &b.span.trace_id.0)));
 
         let mut late = Vec::new();
         let mut wake = false;
-        for (shard_index, spans) in per_shard.into_iter().enumerate() {
-            if spans.is_empty() {
-                continue;
-            }
+        let mut rest = &spans[..];
+        while let Some(first) = rest.first() {
+            let shard_index = first.shard;
+            let in_shard = rest.iter().take_while(|a| a.shard == shard_index).count();
+            let (shard_spans, after) = rest.split_at(in_shard);
+            rest = after;
             let mut shard = self.lock(shard_index);
-            for (resource, origin, span) in spans {
-                wake |= self.ingest_span(
-                    &mut shard,
-                    now,
-                    &matches[resource],
-                    origin,
-                    &span,
-                    &mut late,
-                );
+            let mut trace_rest = shard_spans;
+            while let Some(first) = trace_rest.first() {
+                let trace_id = first.span.trace_id;
+                let in_trace = trace_rest
+                    .iter()
+                    .take_while(|a| a.span.trace_id == trace_id)
+                    .count();
+                let (trace_spans, after) = trace_rest.split_at(in_trace);
+                trace_rest = after;
+                wake |=
+                    self.ingest_trace(&mut shard, now, &matches, &origins, trace_spans, &mut late);
             }
         }
         if !late.is_empty() {
@@ -342,38 +388,45 @@ impl TailSampler {
         if wake {
             self.wake.notify_one();
         }
-        Ok(())
     }
 
-    /// Folds one span into its shard. Returns true when the decision task should wake
-    /// (a deadline moved earlier than it may be sleeping for).
-    fn ingest_span(
+    /// Folds the spans of one trace from one request (`spans`, in arrival order, all of
+    /// the same trace id) into its shard, one span after the other. Returns true when the
+    /// decision task should wake (a deadline moved earlier than it may be sleeping for,
+    /// or a late span of a kept trace waits in `late`).
+    fn ingest_trace(
         &self,
         shard: &mut Shard,
         now: Instant,
-        resource: &policy::ResourceMatches,
-        origin: Arc<Origin>,
-        span: &crate::otlp::SpanView,
+        matches: &[policy::ResourceMatches],
+        origins: &[Arc<Origin>],
+        spans: &[Arrival<'_>],
         late: &mut Vec<LateSpan>,
     ) -> bool {
-        let trace_id = span.trace_id;
-        let is_root = span.parent_span_id.is_none();
+        let Some(first) = spans.first() else {
+            return false;
+        };
+        let trace_id = first.span.trace_id;
         let entry = match shard.traces.entry(trace_id) {
             Entry::Occupied(entry) => entry.into_mut(),
             Entry::Vacant(vacant) => {
                 match shard.cache.get(&trace_id) {
                     Some(Cached::Kept(kept)) => {
                         let age = now.saturating_duration_since(kept.decided_at).as_secs_f64();
-                        self.metrics.record_late(true, 1, Some(age));
-                        late.push(LateSpan {
-                            origin,
-                            span: span.bytes.clone(),
-                            kept,
-                        });
+                        for arrival in spans {
+                            self.metrics.record_late(true, 1, Some(age));
+                            late.push(LateSpan {
+                                origin: origins[arrival.origin].clone(),
+                                span: arrival.span.bytes.clone(),
+                                kept,
+                            });
+                        }
                         return true;
                     }
                     Some(Cached::NotKept) => {
-                        self.metrics.record_late(false, 1, None);
+                        for _ in spans {
+                            self.metrics.record_late(false, 1, None);
+                        }
                         return false;
                     }
                     None => {}
@@ -389,33 +442,43 @@ impl TailSampler {
                 ))
             }
         };
-        self.policies.observe_span(&mut entry.facts, resource, span);
-        entry.push_span(&origin, &span.bytes);
+        entry.reserve(
+            spans.len(),
+            spans.iter().map(|arrival| arrival.span.bytes.len()).sum(),
+        );
+        // The earliest deadline asked for by a root span or an oversized trace; deadlines
+        // only ever move earlier here.
+        let mut earlier: Option<Instant> = None;
+        for arrival in spans {
+            let span = arrival.span;
+            self.policies
+                .observe_span(&mut entry.facts, &matches[arrival.resource], span);
+            entry.push_span(&origins[arrival.origin], &span.bytes);
+            if span.parent_span_id.is_none() && !entry.root_seen {
+                entry.root_seen = true;
+                if let Some(wait) = self.settings.decision_wait_after_root {
+                    let due = now + wait;
+                    if due < earlier.unwrap_or(entry.deadline) {
+                        earlier = Some(due);
+                    }
+                }
+            }
+            let too_large = self
+                .settings
+                .maximum_trace_size_bytes
+                .is_some_and(|max| entry.span_bytes_len() > max);
+            if too_large && entry.early.is_none() {
+                entry.early = Some(EarlyReason::TraceTooLarge);
+                self.metrics.record_early(EarlyReason::TraceTooLarge);
+                earlier = Some(now);
+            }
+        }
         let footprint = entry.footprint();
         let grown = footprint.saturating_sub(entry.charged);
         entry.charged = footprint;
-        let mut earlier = None;
-        if is_root && !entry.root_seen {
-            entry.root_seen = true;
-            if let Some(wait) = self.settings.decision_wait_after_root {
-                let due = now + wait;
-                if due < entry.deadline {
-                    earlier = Some(due);
-                }
-            }
-        }
-        let too_large = self
-            .settings
-            .maximum_trace_size_bytes
-            .is_some_and(|max| entry.span_bytes_len() > max);
-        if too_large && entry.early.is_none() {
-            entry.early = Some(EarlyReason::TraceTooLarge);
-            self.metrics.record_early(EarlyReason::TraceTooLarge);
-            earlier = Some(now);
-        }
         shard.bytes += grown;
-        shard.spans += 1;
-        self.spans_held.fetch_add(1, Ordering::Relaxed);
+        shard.spans += spans.len();
+        self.spans_held.fetch_add(spans.len(), Ordering::Relaxed);
         self.bytes_held.fetch_add(grown, Ordering::Relaxed);
         self.budget.charge(grown);
         match earlier {
@@ -568,7 +631,7 @@ impl TailSampler {
             self.publish_gauges();
             for Decided { trace, kept } in decided {
                 if let Some(kept) = kept {
-                    self.write_trace(&mut writer, &trace, kept);
+                    self.write_trace(&mut writer, trace, kept);
                     if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
                         self.send(output, std::mem::take(&mut writer)).await;
                     }
@@ -656,7 +719,7 @@ impl TailSampler {
     fn write_trace(
         &self,
         writer: &mut TraceRequestWriter,
-        trace: &PendingTrace,
+        trace: PendingTrace,
         kept: KeptDecision,
     ) {
         let scopes: Vec<Bytes> = trace
@@ -664,9 +727,16 @@ impl TailSampler {
             .iter()
             .map(|origin| self.output_scope(origin, kept))
             .collect();
+        // The arena becomes the spans' shared buffer: a span leaving unchanged is a slice
+        // of it, not a copy.
+        let arena = Bytes::from(trace.arena);
         for span in &trace.spans {
             let origin = &trace.origins[span.origin as usize];
-            let bytes = output_span(trace.span_bytes(span), kept.threshold);
+            let start = span.start as usize;
+            let bytes = output_span(
+                arena.slice(start..start + span.len as usize),
+                kept.threshold,
+            );
             writer.push(
                 &origin.resource,
                 &origin.resource_schema_url,
@@ -686,7 +756,7 @@ impl TailSampler {
         );
         for span in late {
             let scope = self.output_scope(&span.origin, span.kept);
-            let bytes = output_span(&span.span, span.kept.threshold);
+            let bytes = output_span(span.span, span.kept.threshold);
             writer.push(
                 &span.origin.resource,
                 &span.origin.resource_schema_url,
@@ -722,17 +792,16 @@ impl TailSampler {
 
 /// A kept span's bytes as they leave: with `th` raised to the trace's threshold when it
 /// was kept by the probabilistic policy (equalizing: the threshold only rises).
-fn output_span(span: &[u8], update: ThresholdUpdate) -> Bytes {
+fn output_span(span: Bytes, update: ThresholdUpdate) -> Bytes {
     let ThresholdUpdate::Raise(threshold) = update else {
-        return Bytes::copy_from_slice(span);
+        return span;
     };
-    let trace_state = rewrite::span_trace_state(span).unwrap_or("");
+    let trace_state = rewrite::span_trace_state(&span).unwrap_or("");
     let incoming = threshold::read_ot(trace_state).th;
     if incoming.is_some_and(|th| th >= threshold) {
-        return Bytes::copy_from_slice(span);
+        return span;
     }
     let raised: Threshold = incoming.map_or(threshold, |th| th.max(threshold));
     let trace_state = threshold::with_threshold(trace_state, raised);
-    rewrite::set_span_trace_state(span, &trace_state)
-        .unwrap_or_else(|| Bytes::copy_from_slice(span))
+    rewrite::set_span_trace_state(&span, &trace_state).unwrap_or(span)
 }
