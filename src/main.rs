@@ -13,6 +13,28 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Returns the pages jemalloc keeps after they were freed (for up to its decay time, 10 s
+/// by default) to the OS. The memory limiter reads the process RSS, which counts those
+/// pages; it calls this when memory use passes the soft limit, as the Collector's limiter
+/// forces a garbage collection. Cheap enough to call once per check while there.
+#[allow(unsafe_code)]
+fn release_freed_memory() {
+    // `MALLCTL_ARENAS_ALL` (4096) addresses every arena.
+    const PURGE_ALL_ARENAS: &[u8] = b"arena.4096.purge\0";
+    // SAFETY: `arena.<i>.purge` is a command that reads and writes no value, so every
+    // pointer is null and the lengths are zero, as mallctl(3) requires; the name is a
+    // NUL-terminated static string.
+    let _status = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            PURGE_ALL_ARENAS.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+}
+
 /// A tail-sampling OTLP gateway, configured in the OpenTelemetry Collector's YAML.
 #[derive(Debug, Parser)]
 #[command(name = "tailgate", version)]
@@ -67,6 +89,7 @@ fn main() -> ExitCode {
 
 fn run(config: tailgate::config::Config) -> ExitCode {
     tailgate::telemetry::init_logging(&config.service.telemetry);
+    tailgate::limiter::set_memory_release(release_freed_memory);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -268,6 +268,12 @@ async fn overload_stays_within_memory_and_loses_nothing() {
         ),
     );
     eprintln!("overload: {report}");
+    for line in lines
+        .iter()
+        .filter(|l| l.contains("memory_limiter") || l.contains("WARN") || l.contains("ERROR"))
+    {
+        eprintln!("{line}");
+    }
     assert!(
         drained,
         "the gateway drained after the backend recovered: {report}\n{}",

@@ -28,6 +28,17 @@ use tokio::sync::watch;
 use crate::config::{MemoryAmount, MemoryLimiterConfig};
 use crate::error::PipelineError;
 
+/// The process's way to hand freed memory back to the OS; see [`set_memory_release`].
+static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Registers how to return freed-but-retained memory to the OS (the binary's allocator
+/// knows how; the library does not pick an allocator). The limiter calls it at every check
+/// while memory use is at or above the soft limit, so that the RSS it reads measures live
+/// data rather than pages the allocator keeps for reuse. Later calls are ignored.
+pub fn set_memory_release(release: fn()) {
+    let _ = MEMORY_RELEASE.set(release);
+}
+
 /// Use must fall below this share of the soft limit to leave the soft state.
 const RECOVERY_SHARE: f64 = 0.9;
 
@@ -269,9 +280,22 @@ impl MemoryLimiter {
                 _ = ticker.tick() => {}
                 _ = stop.wait_for(|stopped| *stopped) => return,
             }
-            let rss = crate::telemetry::rss_bytes().unwrap_or(0);
-            self.observe(rss);
+            self.check();
         }
+    }
+
+    /// Reads the RSS; at or above the soft limit, hands retained memory back to the OS
+    /// first and reads again, so that pages the allocator merely keeps for reuse neither
+    /// count against the limit nor trip refusals. Then moves the state.
+    fn check(&self) {
+        let mut rss = crate::telemetry::rss_bytes().unwrap_or(0);
+        if rss >= self.limits.soft
+            && let Some(release) = MEMORY_RELEASE.get()
+        {
+            release();
+            rss = crate::telemetry::rss_bytes().unwrap_or(rss);
+        }
+        self.observe(rss);
     }
 
     /// Moves the state for a reading of `rss` bytes and the budget's use.
