@@ -17,6 +17,9 @@ TAILGATE_BIN="$PWD/target/debug/tailgate" ./scripts/check-deploy.sh
 echo "== test dependencies (Prometheus server for the remote-write tests)"
 ./scripts/install-prometheus.sh
 
+echo "== benches, once each (criterion's test mode)"
+cargo test --benches --locked
+
 echo "== cargo test"
 # Two test threads: the machine has two cores and the integration tests run servers.
-RUST_TEST_THREADS=2 cargo test --all-targets --locked
+RUST_TEST_THREADS=2 cargo test --lib --bins --tests --locked
