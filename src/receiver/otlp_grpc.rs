@@ -53,12 +53,12 @@ pub async fn serve(
     metrics: MetricsIntake,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
-    let trace_service = RawTraceService {
+    let trace_service = RawExportService {
         intake: traces,
         max_message_size: config.max_recv_msg_size,
     };
     let (raw_metrics_service, metrics_service) = if metrics.has_pipeline() {
-        let raw = RawMetricsService {
+        let raw = RawExportService {
             intake: metrics,
             max_message_size: config.max_recv_msg_size,
         };
@@ -89,21 +89,66 @@ pub async fn serve(
         .await
 }
 
-/// `TraceService` over raw request bytes.
+/// What a raw export service needs from a signal's intake.
+trait RawIntake: Clone + Send + Sync + 'static {
+    /// The gRPC service name.
+    const SERVICE: &'static str;
+    /// The path of its `Export` method.
+    const EXPORT_PATH: &'static str;
+    /// The empty success answer.
+    type Response: prost::Message + Default + Send + 'static;
+
+    /// Admission before the body is read; see [`TracesIntake::admit`].
+    fn admit(&self, size_hint: usize) -> Result<(), PipelineError>;
+
+    /// Validates and admits one request.
+    fn ingest(&self, request: Bytes) -> impl Future<Output = Result<usize, PipelineError>> + Send;
+}
+
+impl RawIntake for TracesIntake {
+    const SERVICE: &'static str = TRACE_SERVICE;
+    const EXPORT_PATH: &'static str = TRACE_EXPORT_PATH;
+    type Response = ExportTraceServiceResponse;
+
+    fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
+        TracesIntake::admit(self, size_hint)
+    }
+
+    fn ingest(&self, request: Bytes) -> impl Future<Output = Result<usize, PipelineError>> + Send {
+        TracesIntake::ingest(self, request)
+    }
+}
+
+impl RawIntake for MetricsIntake {
+    const SERVICE: &'static str = METRICS_SERVICE;
+    const EXPORT_PATH: &'static str = METRICS_EXPORT_PATH;
+    type Response = ExportMetricsServiceResponse;
+
+    fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
+        MetricsIntake::admit(self, size_hint)
+    }
+
+    fn ingest(&self, request: Bytes) -> impl Future<Output = Result<usize, PipelineError>> + Send {
+        MetricsIntake::ingest(self, request)
+    }
+}
+
+/// An OTLP export service (`TraceService` or `MetricsService`) over raw request bytes.
 #[derive(Clone)]
-struct RawTraceService {
-    intake: TracesIntake,
+struct RawExportService<I> {
+    intake: I,
     max_message_size: usize,
 }
 
-impl NamedService for RawTraceService {
-    const NAME: &'static str = TRACE_SERVICE;
+impl<I: RawIntake> NamedService for RawExportService<I> {
+    const NAME: &'static str = I::SERVICE;
 }
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
 
-impl<B> tower::Service<http::Request<B>> for RawTraceService
+impl<I, B> tower::Service<http::Request<B>> for RawExportService<I>
 where
+    I: RawIntake,
     B: http_body::Body + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
@@ -116,10 +161,11 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if request.uri().path() != TRACE_EXPORT_PATH {
+        if request.uri().path() != I::EXPORT_PATH {
             let status = tonic::Status::unimplemented(format!(
-                "unknown method {}; the trace service has only Export",
-                request.uri().path()
+                "unknown method {}; {} has only Export",
+                request.uri().path(),
+                I::SERVICE
             ));
             return Box::pin(async move { Ok(status.into_http()) });
         }
@@ -133,108 +179,31 @@ where
         };
         let max_message_size = self.max_message_size;
         Box::pin(async move {
-            let mut grpc =
-                tonic::server::Grpc::new(RawRequestCodec::<ExportTraceServiceResponse>::default())
-                    .accept_compressed(CompressionEncoding::Gzip)
-                    .accept_compressed(CompressionEncoding::Zstd)
-                    .send_compressed(CompressionEncoding::Gzip)
-                    .send_compressed(CompressionEncoding::Zstd)
-                    .max_decoding_message_size(max_message_size);
+            let mut grpc = tonic::server::Grpc::new(RawRequestCodec::<I::Response>::default())
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd)
+                .send_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Zstd)
+                .max_decoding_message_size(max_message_size);
             Ok(grpc.unary(handler, request).await)
         })
     }
 }
 
-struct ExportHandler {
-    intake: TracesIntake,
+struct ExportHandler<I> {
+    intake: I,
 }
 
-impl UnaryService<Bytes> for ExportHandler {
-    type Response = ExportTraceServiceResponse;
+impl<I: RawIntake> UnaryService<Bytes> for ExportHandler<I> {
+    type Response = I::Response;
     type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let intake = self.intake.clone();
         Box::pin(async move {
+            // The receiver never fills partial_success, as the Collector's.
             match intake.ingest(request.into_inner()).await {
-                Ok(_spans) => Ok(tonic::Response::new(ExportTraceServiceResponse {
-                    partial_success: None,
-                })),
-                Err(error) => Err(error.grpc_status()),
-            }
-        })
-    }
-}
-
-/// `MetricsService` over raw request bytes.
-#[derive(Clone)]
-struct RawMetricsService {
-    intake: MetricsIntake,
-    max_message_size: usize,
-}
-
-impl NamedService for RawMetricsService {
-    const NAME: &'static str = METRICS_SERVICE;
-}
-
-impl<B> tower::Service<http::Request<B>> for RawMetricsService
-where
-    B: http_body::Body + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if request.uri().path() != METRICS_EXPORT_PATH {
-            let status = tonic::Status::unimplemented(format!(
-                "unknown method {}; the metrics service has only Export",
-                request.uri().path()
-            ));
-            return Box::pin(async move { Ok(status.into_http()) });
-        }
-        // Admission before the body is read or decoded, as for traces.
-        if let Err(error) = self.intake.admit(0) {
-            return Box::pin(async move { Ok(error.grpc_status().into_http()) });
-        }
-        let handler = MetricsExportHandler {
-            intake: self.intake.clone(),
-        };
-        let max_message_size = self.max_message_size;
-        Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(
-                RawRequestCodec::<ExportMetricsServiceResponse>::default(),
-            )
-            .accept_compressed(CompressionEncoding::Gzip)
-            .accept_compressed(CompressionEncoding::Zstd)
-            .send_compressed(CompressionEncoding::Gzip)
-            .send_compressed(CompressionEncoding::Zstd)
-            .max_decoding_message_size(max_message_size);
-            Ok(grpc.unary(handler, request).await)
-        })
-    }
-}
-
-struct MetricsExportHandler {
-    intake: MetricsIntake,
-}
-
-impl UnaryService<Bytes> for MetricsExportHandler {
-    type Response = ExportMetricsServiceResponse;
-    type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
-
-    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
-        let intake = self.intake.clone();
-        Box::pin(async move {
-            match intake.ingest(request.into_inner()).await {
-                Ok(_points) => Ok(tonic::Response::new(ExportMetricsServiceResponse {
-                    partial_success: None,
-                })),
+                Ok(_items) => Ok(tonic::Response::new(I::Response::default())),
                 Err(error) => Err(error.grpc_status()),
             }
         })
