@@ -18,7 +18,7 @@ echo "== test dependencies (Prometheus server for the remote-write tests)"
 ./scripts/install-prometheus.sh
 
 echo "== benches, once each (criterion's test mode)"
-cargo test --benches --locked
+cargo test --locked --bench otlp_wire --bench pipeline_paths
 
 echo "== cargo test"
 # Two test threads: the machine has two cores and the integration tests run servers.
