@@ -104,11 +104,9 @@ impl GrpcTransport {
         req.set_timeout(self.timeout);
         let path = self.path;
         let attempt = async move {
-            grpc.ready().await.map_err(|e| AttemptError::Retryable {
-                error_type: RetryErrorType::Transport,
-                throttle: None,
-                message: e.to_string(),
-            })?;
+            grpc.ready()
+                .await
+                .map_err(|e| AttemptError::transport(e.to_string()))?;
             grpc.unary(req, PathAndQuery::from_static(path), BytesCodec)
                 .await
                 .map_err(|status| classify(&status))
@@ -176,11 +174,7 @@ fn with_scheme(uri: &Uri, scheme: Scheme, endpoint: &str) -> Result<Uri, Exporte
 pub(crate) fn classify(status: &Status) -> AttemptError {
     let message = format!("{:?}: {}", status.code(), status.message());
     if status.source().is_some() {
-        return AttemptError::Retryable {
-            error_type: RetryErrorType::Transport,
-            throttle: None,
-            message,
-        };
+        return AttemptError::transport(message);
     }
     let retry_info = status.get_details_retry_info();
     let throttle = retry_info.as_ref().and_then(|info| info.retry_delay);

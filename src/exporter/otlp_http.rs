@@ -2,10 +2,10 @@
 //! and metrics (`/v1/metrics`).
 
 use std::io::Write as _;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
@@ -16,7 +16,7 @@ use prost::Message;
 
 use super::ExporterError;
 use super::metrics::RetryErrorType;
-use super::retry::parse_retry_after;
+use super::retry::retry_after_header;
 use super::tls::{self, Alpn};
 use super::transport::{Accepted, AttemptError, ExportResponse, SignalKind};
 use crate::config::{Compression, OtlpExporterConfig};
@@ -108,22 +108,13 @@ impl HttpTransport {
     }
 
     async fn attempt(&self, req: Request<Full<Bytes>>) -> Result<Accepted, AttemptError> {
-        let transport = |message: String| AttemptError::Retryable {
-            error_type: RetryErrorType::Transport,
-            throttle: None,
-            message,
-        };
         let response = self
             .client
             .request(req)
             .await
-            .map_err(|e| transport(error_chain(&e)))?;
+            .map_err(|e| AttemptError::transport(error_chain(&e)))?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let retry_after = retry_after_header(response.headers());
         let is_protobuf = response
             .headers()
             .get(CONTENT_TYPE)
@@ -131,7 +122,7 @@ impl HttpTransport {
             .is_none_or(|v| v.starts_with("application/x-protobuf"));
         let body = read_limited(response.into_body(), MAX_RESPONSE_BODY)
             .await
-            .map_err(|e| transport(format!("reading response body: {e}")))?;
+            .map_err(|e| AttemptError::transport(format!("reading response body: {e}")))?;
         if status.is_success() {
             // A body that is not a protobuf response (or is cut at the limit) carries no
             // partial success we can read; the request itself was accepted.

@@ -93,6 +93,14 @@ fn nanos(value: f64) -> Duration {
     }
 }
 
+/// The delay an HTTP answer's `Retry-After` header asks for, if it has a usable one.
+pub(crate) fn retry_after_header(headers: &http::HeaderMap) -> Option<Duration> {
+    headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, SystemTime::now()))
+}
+
 /// Parses an HTTP `Retry-After` value: delay-seconds or an HTTP-date (relative to `now`).
 /// A date in the past means "now" (zero). Anything else is ignored (`None`).
 pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {

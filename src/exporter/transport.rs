@@ -79,6 +79,15 @@ pub(crate) enum AttemptError {
 }
 
 impl AttemptError {
+    /// The request did not get an answer (connect or I/O failure): retryable.
+    pub(crate) fn transport(message: String) -> Self {
+        AttemptError::Retryable {
+            error_type: RetryErrorType::Transport,
+            throttle: None,
+            message,
+        }
+    }
+
     /// The per-attempt `timeout` elapsed.
     pub(crate) fn timed_out(timeout: Duration) -> Self {
         AttemptError::Retryable {

@@ -7,12 +7,10 @@
 //! naming the message or content type, or (a 1.x receiver such as Prometheus 2.42, which
 //! decodes a 2.0 body as an empty 1.0 request) with a 2xx carrying none of those headers.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{
-    CONTENT_ENCODING, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT,
-};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, HeaderValue, USER_AGENT};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
@@ -24,7 +22,7 @@ use crate::config::RemoteWriteConfig;
 use crate::exporter::ExporterError;
 use crate::exporter::metrics::RetryErrorType;
 use crate::exporter::otlp_http::{error_chain, read_limited};
-use crate::exporter::retry::parse_retry_after;
+use crate::exporter::retry::retry_after_header;
 use crate::exporter::tls::{self, Alpn};
 use crate::exporter::transport::AttemptError;
 
@@ -193,22 +191,13 @@ impl RemoteWriteTransport {
         req: Request<Full<Bytes>>,
         protocol: Protocol,
     ) -> Result<Reply, AttemptError> {
-        let transport = |message: String| AttemptError::Retryable {
-            error_type: RetryErrorType::Transport,
-            throttle: None,
-            message,
-        };
         let response = self
             .client
             .request(req)
             .await
-            .map_err(|e| transport(error_chain(&e)))?;
+            .map_err(|e| AttemptError::transport(error_chain(&e)))?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let retry_after = retry_after_header(response.headers());
         let written = Written::from_headers(response.headers());
         let body = read_limited(response.into_body(), MAX_RESPONSE_BODY)
             .await
