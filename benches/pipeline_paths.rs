@@ -36,7 +36,7 @@ use tailgate::loadgen::{Generator, GeneratorConfig};
 use tailgate::otlp::{
     TraceRequestWriter, count_spans, parse_traces_request, split_batch, traces_json_to_protobuf,
 };
-use tailgate::pipeline::{Downstream, TraceBatch};
+use tailgate::payload::{Downstream, TraceBatch};
 use tailgate::sampler::policy::PolicySet;
 use tailgate::sampler::{SamplerIngest, SamplerMetrics, SamplerSettings, TailSampler};
 use tokio::sync::mpsc;
@@ -164,7 +164,7 @@ fn bench(c: &mut Criterion) {
         });
         let batch = TraceBatch::new(bytes.clone(), spans);
         group.bench_function("split_batch_100", |b| {
-            b.iter(|| split_batch(black_box(&batch), Some(100), usize::MAX).expect("valid"))
+            b.iter(|| split_batch(black_box(&bytes), spans, Some(100), usize::MAX).expect("valid"))
         });
 
         // === sampler: buffer insert and decide, per span ===

@@ -14,7 +14,8 @@ use crate::config::{
 };
 use crate::limiter::{LimiterError, MemoryBudget, MemoryLimiter};
 use crate::net::{BindError, bind, local_addr};
-use crate::pipeline::{BuildError, MetricsSink, Pipelines, TracesSink, build_pipelines};
+use crate::payload::{MetricsSink, TracesSink};
+use crate::pipeline::{BuildError, Pipelines, build_pipelines};
 use crate::receiver::{
     MetricsIntake, ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http,
 };

@@ -24,7 +24,7 @@ use tailgate::config::{ComponentId, ExporterConfig, RemoteWriteConfig};
 use tailgate::exporter::ExporterMetricFamilies;
 use tailgate::exporter::remote_write::prompb::TimeSeries;
 use tailgate::exporter::remote_write::{RemoteWriteExporter, RemoteWriteMetricFamilies};
-use tailgate::pipeline::MetricsBatch;
+use tailgate::payload::MetricsBatch;
 use tokio::time::Instant;
 
 use crate::support::metric_value;

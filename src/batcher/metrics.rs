@@ -4,7 +4,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 use super::SendTrigger;
 use crate::config::ComponentId;
-use crate::pipeline::Payload;
+use crate::payload::Payload;
 
 /// The Collector's bucket bounds for `batch_send_size`.
 const SIZE_BUCKETS: &[f64] = &[

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::config::BatchConfig;
 use crate::limiter::MemoryBudget;
-use crate::pipeline::{Downstream, Payload, TraceBatch};
+use crate::payload::{Downstream, Payload, TraceBatch};
 
 /// Why a batch was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,8 +135,8 @@ impl<P: Payload> Batcher<P> {
         self.pending_spans = 0;
         self.pending_bytes = 0;
         self.metrics.record_send(&batch, trigger);
-        if !output.send(batch).await {
-            tracing::error!(event = "batch.downstream_closed");
+        if let Err(lost) = output.send(batch).await {
+            tracing::error!(event = "batch.downstream_closed", items = lost.item_count());
         }
     }
 }

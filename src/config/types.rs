@@ -649,6 +649,23 @@ pub enum Signal {
     Logs,
 }
 
+impl Signal {
+    /// The signal's name as the config and the Collector's `data_type` label write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Traces => "traces",
+            Self::Metrics => "metrics",
+            Self::Logs => "logs",
+        }
+    }
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A pipeline id: `traces`, `traces/name`, ...
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PipelineId {

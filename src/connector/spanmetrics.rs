@@ -48,7 +48,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::metrics::SpanMetricsMetrics;
 use crate::config::{ComponentId, HistogramUnit, SpanMetricsConfig};
 use crate::otlp::attributes::{AnyValueRef, RESOURCE_ATTRIBUTES, SPAN_ATTRIBUTES, find_attribute};
-use crate::pipeline::{BoxFuture, Consumer, MetricsBatch, MetricsSink, TraceBatch};
+use crate::payload::{BoxFuture, Consumer, MetricsBatch, MetricsSink, TraceBatch};
 
 /// The instrumentation scope of the emitted metrics, as the Collector names it.
 const SCOPE_NAME: &str = "spanmetricsconnector";
@@ -598,6 +598,14 @@ impl SpanMetricsFlusher {
             return;
         };
         let batch = MetricsBatch::new(Bytes::from(request.encode_to_vec()), points);
-        self.sink.deliver(&self.id, batch).await;
+        if let Err(error) = self.sink.deliver(batch).await {
+            // The metrics pipelines stopped first: the drain order makes this a bug.
+            tracing::error!(
+                event = "connector.dropped",
+                connector = %self.id,
+                items = points,
+                error = %error,
+            );
+        }
     }
 }

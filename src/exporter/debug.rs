@@ -7,7 +7,7 @@ use prost::Message;
 
 use crate::config::Verbosity;
 #[cfg(test)]
-use crate::pipeline::TraceBatch;
+use crate::payload::TraceBatch;
 
 /// Logs batches at the configured verbosity, as `exporter.debug` events.
 #[derive(Clone, Debug)]

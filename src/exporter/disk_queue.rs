@@ -36,7 +36,7 @@ use super::segment::{self, Corruption, RecordRef, Store, StoreError, StoreOption
 use super::{ExportError, Shared};
 use crate::config::{ComponentId, FileStorageConfig};
 use crate::limiter::MemoryBudget;
-use crate::pipeline::Payload;
+use crate::payload::Payload;
 
 /// How long a failed disk write waits before it is tried again.
 const WRITE_RETRY: Duration = Duration::from_secs(1);
@@ -162,7 +162,7 @@ impl<P: Payload> DiskQueue<P> {
             }
             create_dir(base, storage.directory_permissions)?;
         }
-        let dir = queue_dir(base, id, P::SIGNAL);
+        let dir = queue_dir(base, id, P::SIGNAL.as_str());
         if let Some(parent) = dir.parent() {
             create_dir(parent, storage.directory_permissions)?;
         }

@@ -21,6 +21,7 @@
 //! `segment.rs`): batches are on disk when `export` returns, and what is not delivered by
 //! the shutdown deadline stays there for the next start instead of being dropped.
 
+mod consume;
 mod debug;
 mod disk_queue;
 mod events;
@@ -50,7 +51,7 @@ pub use segment::StoreError;
 
 use crate::config::{ComponentId, ExporterConfig, FileStorageConfig, RetryConfig};
 use crate::limiter::MemoryBudget;
-use crate::pipeline::{MetricsBatch, Payload, TraceBatch};
+use crate::payload::{MetricsBatch, Payload, TraceBatch};
 use debug::DebugExporter;
 use disk_queue::DiskQueue;
 use events::Health;
@@ -298,7 +299,7 @@ impl<P: Payload> SignalExporter<P> {
                 tracing::info!(
                     event = "exporter.started",
                     exporter = %exporter,
-                    signal = P::SIGNAL,
+                    signal = P::SIGNAL.as_str(),
                     protocol = "debug",
                     verbosity = ?debug_config.verbosity,
                 );
@@ -349,7 +350,7 @@ impl<P: Payload> SignalExporter<P> {
         tracing::info!(
             event = "exporter.started",
             exporter = %shared.id,
-            signal = P::SIGNAL,
+            signal = P::SIGNAL.as_str(),
             protocol,
             endpoint = %signal_endpoint.unwrap_or(&otlp.endpoint),
             queue_enabled = queue.enabled,
@@ -427,7 +428,7 @@ impl<P: Payload> SignalExporter<P> {
                     metrics.record_enqueue_failed(spans);
                     return Err(ExportError::ShutDown { spans });
                 }
-                debug.export(P::SIGNAL, batch.request(), spans);
+                debug.export(P::SIGNAL.as_str(), batch.request(), spans);
                 metrics.record_sent(spans);
                 Ok(())
             }

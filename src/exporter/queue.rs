@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::retry::deliver;
-use crate::pipeline::Payload;
+use crate::payload::Payload;
 
 /// How long past the deadline shutdown waits for consumers to notice it before aborting
 /// them. They notice at once unless a transport future does not yield; this only bounds

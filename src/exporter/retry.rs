@@ -16,7 +16,7 @@ use super::Shared;
 use super::metrics::FailureReason;
 use super::transport::{Accepted, AttemptError};
 use crate::config::RetryConfig;
-use crate::pipeline::Payload;
+use crate::payload::Payload;
 
 /// The backoff state of one batch's delivery. Pure: the caller supplies elapsed time and the
 /// random jitter, so the schedule is deterministic under test.

@@ -19,8 +19,8 @@ pub(crate) enum SignalKind {
 
 impl SignalKind {
     /// The signal of payload `P`.
-    pub(crate) fn of<P: crate::pipeline::Payload>() -> Self {
-        if P::SIGNAL == "metrics" {
+    pub(crate) fn of<P: crate::payload::Payload>() -> Self {
+        if P::SIGNAL == crate::config::Signal::Metrics {
             Self::Metrics
         } else {
             Self::Traces

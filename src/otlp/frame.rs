@@ -8,7 +8,29 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::wire::{ResourceSpansView, ScopeSpansView, SpanView, WireError, parse_traces_request};
-use crate::pipeline::TraceBatch;
+
+/// An encoded `ExportTraceServiceRequest` as the framer writes it, with its span count.
+///
+/// The bytes are a valid request; the pipeline wraps them in its batch type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FramedRequest {
+    /// The encoded `ExportTraceServiceRequest`.
+    pub request: Bytes,
+    /// How many spans `request` holds.
+    pub span_count: usize,
+}
+
+impl FramedRequest {
+    /// The encoded size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.request.len()
+    }
+
+    /// True when the request holds no span.
+    pub fn is_empty(&self) -> bool {
+        self.span_count == 0
+    }
+}
 
 /// Builds one encoded `ExportTraceServiceRequest` from spans given as wire bytes.
 ///
@@ -239,7 +261,7 @@ impl TraceRequestWriter {
 
     /// Writes the request: one allocation of exactly [`encoded_len`](Self::encoded_len)
     /// bytes, into which every span is copied once.
-    pub fn finish(self) -> TraceBatch {
+    pub fn finish(self) -> FramedRequest {
         let mut out = BytesMut::with_capacity(self.encoded_len());
         for group in &self.groups {
             put_len_field(&mut out, 1, group.body_len());
@@ -263,7 +285,10 @@ impl TraceRequestWriter {
             }
         }
         debug_assert_eq!(out.len(), self.encoded_len());
-        TraceBatch::new(out.freeze(), self.span_count)
+        FramedRequest {
+            request: out.freeze(),
+            span_count: self.span_count,
+        }
     }
 }
 
@@ -290,27 +315,31 @@ fn put_bytes_field(out: &mut BytesMut, tag: u8, value: &Bytes) {
 /// encoded bytes, preserving span order.
 ///
 /// Every piece holds at least one span, so a single span too big for `max_bytes` goes
-/// alone in its own piece, and `Some(0)` behaves as `Some(1)`. When `batch` already fits
-/// (by its `span_count` and length) it is returned as the only element, without a copy.
+/// alone in its own piece, and `Some(0)` behaves as `Some(1)`. When `request` already fits
+/// (by `span_count` and its length) it is returned as the only element, without a copy.
 /// Otherwise the pieces are re-framed: consecutive spans keep sharing their resource and
 /// scope wrappers, and wrappers holding no span are dropped.
 ///
 /// # Errors
 ///
-/// When `batch.request` does not parse (see [`parse_traces_request`]); batches built by the
-/// receivers and by [`TraceRequestWriter`] always do.
+/// When `request` does not parse (see [`parse_traces_request`]); requests checked by the
+/// receivers and written by [`TraceRequestWriter`] always do.
 pub fn split_batch(
-    batch: &TraceBatch,
+    request: &Bytes,
+    span_count: usize,
     max_spans: Option<usize>,
     max_bytes: usize,
-) -> Result<Vec<TraceBatch>, WireError> {
+) -> Result<Vec<FramedRequest>, WireError> {
     let max_spans = max_spans.unwrap_or(usize::MAX).max(1);
-    if batch.span_count <= max_spans && batch.byte_len() <= max_bytes {
-        return Ok(vec![batch.clone()]);
+    if span_count <= max_spans && request.len() <= max_bytes {
+        return Ok(vec![FramedRequest {
+            request: request.clone(),
+            span_count,
+        }]);
     }
     let mut pieces = Vec::new();
     let mut writer = TraceRequestWriter::new();
-    for rs in parse_traces_request(&batch.request)? {
+    for rs in parse_traces_request(request)? {
         for ss in &rs.scope_spans {
             for span in &ss.spans {
                 let full = !writer.is_empty()

@@ -49,7 +49,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use frame::{TraceRequestWriter, split_batch};
+pub use frame::{FramedRequest, TraceRequestWriter, split_batch};
 pub use json::{
     JsonError, export_trace_response_json, metrics_json_to_protobuf, status_json,
     traces_json_to_protobuf,

@@ -14,7 +14,6 @@ use prost::Message;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::pipeline::TraceBatch;
 
 // ---------------------------------------------------------------------------------------
 // Strategies: arbitrary valid requests.
@@ -282,7 +281,7 @@ fn oracle(b: &[u8]) -> Option<usize> {
 }
 
 /// Parses, then writes every span back with one writer.
-fn reframe(b: &Bytes) -> TraceBatch {
+fn reframe(b: &Bytes) -> FramedRequest {
     let mut w = TraceRequestWriter::new();
     for rs in parse_traces_request(b).expect("valid request") {
         for ss in &rs.scope_spans {
@@ -406,8 +405,7 @@ proptest! {
     ) {
         let input = Bytes::from(req.encode_to_vec());
         let flat = triples(&req);
-        let batch = TraceBatch::new(input.clone(), flat.len());
-        let pieces = split_batch(&batch, max_spans, max_bytes).expect("split");
+        let pieces = split_batch(&input, flat.len(), max_spans, max_bytes).expect("split");
         let fits = flat.len() <= max_spans.unwrap_or(usize::MAX) && input.len() <= max_bytes;
         if fits {
             prop_assert_eq!(pieces.len(), 1);
@@ -834,20 +832,25 @@ fn split_batch_edges() {
         }],
     };
     let bytes = Bytes::from(req.encode_to_vec());
-    let batch = TraceBatch::new(bytes.clone(), 3);
-    let same = split_batch(&batch, None, usize::MAX).expect("split");
-    assert_eq!(same, vec![batch.clone()]);
+    let same = split_batch(&bytes, 3, None, usize::MAX).expect("split");
+    assert_eq!(
+        same,
+        vec![FramedRequest {
+            request: bytes.clone(),
+            span_count: 3
+        }]
+    );
     assert_eq!(same[0].request.as_ptr(), bytes.as_ptr());
-    let pieces = split_batch(&batch, None, 10).expect("split");
+    let pieces = split_batch(&bytes, 3, None, 10).expect("split");
     assert_eq!(pieces.len(), 3);
     assert!(pieces.iter().all(|p| p.span_count == 1));
-    let pieces = split_batch(&batch, Some(2), usize::MAX).expect("split");
+    let pieces = split_batch(&bytes, 3, Some(2), usize::MAX).expect("split");
     assert_eq!(
         pieces.iter().map(|p| p.span_count).collect::<Vec<_>>(),
         vec![2, 1]
     );
-    let bad = TraceBatch::new(Bytes::from_static(&[0x0a, 0x05]), 1);
-    assert!(split_batch(&bad, Some(0), 0).is_err());
+    let bad = Bytes::from_static(&[0x0a, 0x05]);
+    assert!(split_batch(&bad, 1, Some(0), 0).is_err());
 }
 
 // ---------------------------------------------------------------------------------------

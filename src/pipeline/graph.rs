@@ -3,7 +3,7 @@
 //! Exporters are shared: one instance per exporter id and signal, whichever pipelines name
 //! it (as in the Collector). Processors are per pipeline: a `batch` listed in two pipelines
 //! runs twice. Each pipeline gets one bounded input queue (or, with tail sampling first, a
-//! direct sampler intake); each receiver gets one [`TracesSink`] over the inputs of every
+//! direct sampler entry); each receiver gets one [`TracesSink`] over the inputs of every
 //! traces pipeline that lists it, and one [`MetricsSink`] for metrics. A connector listed
 //! as an exporter is a consumer at the end of its pipeline whose sink is the inputs of the
 //! pipelines that list it as a receiver: `forward` into pipelines of the same signal,
@@ -16,21 +16,22 @@ use prometheus::Registry;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{
-    Consumer, Downstream, ExporterFanout, ForwardConnector, MetricsBatch, MetricsInput,
-    MetricsSink, PIPELINE_INPUT_CAPACITY, Payload, PipelineInput, TraceBatch, TracesSink,
-};
+use super::PIPELINE_INPUT_CAPACITY;
 use crate::batcher::{BatchMetricFamilies, Batcher};
 use crate::config::{
     ComponentId, Config, ConnectorConfig, ExporterConfig, ExtensionConfig, PipelineId,
     ProcessorConfig, Signal,
 };
-use crate::connector::{SpanMetricsFlusher, SpanMetricsMetricFamilies};
+use crate::connector::{ForwardConnector, SpanMetricsFlusher, SpanMetricsMetricFamilies};
 use crate::exporter::remote_write::RemoteWriteMetricFamilies;
 use crate::exporter::{
     ExporterError, ExporterMetricFamilies, MetricsExporter, QueueStorage, TracesExporter,
 };
 use crate::limiter::MemoryBudget;
+use crate::payload::{
+    Consumer, Downstream, ExporterFanout, MetricsBatch, MetricsSink, Payload, PipelineInput,
+    TraceBatch, TracesSink,
+};
 use crate::sampler::policy::{PolicyError, PolicySet};
 use crate::sampler::{SamplerMetricFamilies, SamplerSettings, TailSampler};
 
@@ -115,8 +116,8 @@ struct Builder<'c> {
     batch_families: BatchMetricFamilies,
     sampler_families: SamplerMetricFamilies,
     span_metrics_families: SpanMetricsMetricFamilies,
-    traces_entries: BTreeMap<PipelineId, PipelineInput>,
-    metrics_entries: BTreeMap<PipelineId, MetricsInput>,
+    traces_entries: BTreeMap<PipelineId, PipelineInput<TraceBatch>>,
+    metrics_entries: BTreeMap<PipelineId, PipelineInput<MetricsBatch>>,
     traces_connectors: BTreeMap<ComponentId, Arc<dyn Consumer<TraceBatch>>>,
     metrics_connectors: BTreeMap<ComponentId, Arc<dyn Consumer<MetricsBatch>>>,
     stages: DrainStages,
@@ -168,8 +169,9 @@ pub fn build_pipelines(
         }
     }
 
-    let mut traces_inputs: BTreeMap<ComponentId, Vec<PipelineInput>> = BTreeMap::new();
-    let mut metrics_inputs: BTreeMap<ComponentId, Vec<MetricsInput>> = BTreeMap::new();
+    let mut traces_inputs: BTreeMap<ComponentId, Vec<PipelineInput<TraceBatch>>> = BTreeMap::new();
+    let mut metrics_inputs: BTreeMap<ComponentId, Vec<PipelineInput<MetricsBatch>>> =
+        BTreeMap::new();
     for (pipeline_id, pipeline) in &config.service.pipelines {
         for receiver in &pipeline.receivers {
             if !config.receivers.contains_key(receiver) {
@@ -204,7 +206,7 @@ pub fn build_pipelines(
 
 /// The pipeline ids ordered so that every pipeline comes after the pipelines it feeds
 /// through connectors (validation has ruled out cycles).
-fn downstream_first(config: &Config) -> Vec<&PipelineId> {
+pub(super) fn downstream_first(config: &Config) -> Vec<&PipelineId> {
     fn visit<'c>(
         config: &'c Config,
         at: &'c PipelineId,
@@ -460,9 +462,9 @@ impl Builder<'_> {
             }
         }
         let entry = match (sampler_entry, downstream) {
-            (Some(ingest), _) => PipelineInput::Sampler {
+            (Some(ingest), _) => PipelineInput::Direct {
                 id: pipeline_id.clone(),
-                ingest,
+                entry: Arc::new(ingest),
             },
             (None, Downstream::Stage(sender)) => PipelineInput::Queue {
                 id: pipeline_id.clone(),
@@ -527,7 +529,7 @@ impl Builder<'_> {
         };
         self.metrics_entries.insert(
             pipeline_id.clone(),
-            MetricsInput {
+            PipelineInput::Queue {
                 id: pipeline_id.clone(),
                 sender,
             },
@@ -540,7 +542,11 @@ impl Builder<'_> {
 /// waiting for room in their queues.
 async fn forward<P: Payload>(mut input: mpsc::Receiver<P>, output: Downstream<P>) {
     while let Some(batch) = input.recv().await {
-        if !output.send(batch).await {
+        if let Err(lost) = output.send(batch).await {
+            tracing::error!(
+                event = "pipeline.downstream_closed",
+                items = lost.item_count()
+            );
             break;
         }
     }

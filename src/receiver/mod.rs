@@ -22,7 +22,7 @@ use prost::Message;
 
 use crate::error::PipelineError;
 use crate::limiter::MemoryLimiter;
-use crate::pipeline::{MetricsBatch, MetricsSink, TraceBatch, TracesSink};
+use crate::payload::{MetricsBatch, MetricsSink, TraceBatch, TracesSink};
 
 /// Validates, counts and admits trace requests for one receiver and transport.
 #[derive(Clone)]
@@ -74,7 +74,7 @@ impl TracesIntake {
         // A tail sampler needs the spans: parse once (the same walk, as strict, with the
         // same errors as `count_spans`) and hand the views on, rather than validating here
         // and parsing again in the sampler.
-        let checked = if self.sink.feeds_sampler() {
+        let checked = if self.sink.wants_views() {
             crate::otlp::parse_traces_request(&request).map(|resources| {
                 let spans = resources
                     .iter()
@@ -104,7 +104,7 @@ impl TracesIntake {
         }
         match self
             .sink
-            .accept_parsed(TraceBatch::new(request, spans), parsed.as_deref())
+            .accept_with_views(TraceBatch::new(request, spans), parsed.as_ref())
             .await
         {
             Ok(()) => {

@@ -34,6 +34,7 @@
 
 mod buffer;
 mod cache;
+mod entry;
 mod metrics;
 pub mod policy;
 mod rewrite;
@@ -61,7 +62,7 @@ use self::threshold::Threshold;
 use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
 use crate::otlp::{ResourceSpansView, SpanView, TraceId, TraceRequestWriter, parse_traces_request};
-use crate::pipeline::{Downstream, Payload, TraceBatch};
+use crate::payload::{Downstream, Payload, TraceBatch};
 
 /// The scope attribute naming the policy that kept a trace (`record_policy`).
 pub const POLICY_ATTRIBUTE: &str = "tailsampling.policy";
@@ -772,8 +773,9 @@ impl TailSampler {
         if writer.is_empty() {
             return;
         }
-        if !output.send(writer.finish().charged(&self.budget)).await {
-            tracing::error!(event = "sampler.downstream_closed");
+        let batch = TraceBatch::from(writer.finish()).charged(&self.budget);
+        if let Err(lost) = output.send(batch).await {
+            tracing::error!(event = "sampler.downstream_closed", spans = lost.span_count);
         }
     }
 

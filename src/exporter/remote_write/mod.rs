@@ -73,7 +73,7 @@ use super::retry::{Backoff, Outcome, deadline_reached};
 use super::transport::{Accepted, AttemptError};
 use super::{DrainReport, ExportError, ExporterError, FailureReason};
 use crate::config::{ComponentId, RemoteWriteConfig, RemoteWriteMessage, RetryConfig};
-use crate::pipeline::MetricsBatch;
+use crate::payload::MetricsBatch;
 use metrics::Unwritten;
 use prompb::{MetricMetadata, WriteRequest};
 use translate::{DropReason, Options, Series, translate};

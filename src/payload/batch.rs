@@ -1,36 +1,14 @@
-//! The unit of data that flows between pipeline stages.
+//! The unit of data that flows between pipeline stages: an encoded OTLP request.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::Charge;
+use crate::config::Signal;
+use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
-
-/// Bytes charged to the memory budget for as long as this value lives: dropping the last
-/// handle releases them. A batch carries its charge through queues and exporters, so
-/// whoever holds the data last gives the bytes back, whatever path it took.
-#[derive(Debug)]
-pub struct Charge {
-    budget: Arc<MemoryBudget>,
-    bytes: usize,
-}
-
-impl Charge {
-    /// Charges `bytes` to `budget` until the returned value is dropped.
-    pub fn new(budget: &Arc<MemoryBudget>, bytes: usize) -> Arc<Self> {
-        budget.charge(bytes);
-        Arc::new(Self {
-            budget: budget.clone(),
-            bytes,
-        })
-    }
-}
-
-impl Drop for Charge {
-    fn drop(&mut self) {
-        self.budget.release(self.bytes);
-    }
-}
+use crate::otlp::{FramedRequest, ResourceSpansView};
 
 /// An encoded OTLP `ExportTraceServiceRequest` and the number of spans it holds.
 ///
@@ -77,6 +55,12 @@ impl TraceBatch {
     }
 }
 
+impl From<FramedRequest> for TraceBatch {
+    fn from(framed: FramedRequest) -> Self {
+        Self::new(framed.request, framed.span_count)
+    }
+}
+
 /// An encoded OTLP `ExportMetricsServiceRequest` and the number of data points it holds.
 ///
 /// Like [`TraceBatch`], the bytes are always a valid request, and several of them
@@ -116,11 +100,38 @@ impl MetricsBatch {
     }
 }
 
-/// What the signal-generic stages (batcher, exporters, fan-out) need of a batch: an encoded
-/// OTLP request whose repeated top-level field makes concatenation a merge.
+/// What a receiver's validating walk of a request found.
+#[derive(Debug)]
+pub struct Inspected<V> {
+    /// Items in the request: spans or data points.
+    pub items: usize,
+    /// What the walk yields that later stages can use instead of walking the request
+    /// again, when it was asked for.
+    pub views: Option<V>,
+}
+
+/// What the signal-generic stages (receivers' intake, batcher, exporters, fan-out) need of
+/// a batch: an encoded OTLP request whose repeated top-level field makes concatenation a
+/// merge.
 pub trait Payload: Clone + Send + Sync + std::fmt::Debug + 'static {
-    /// The signal, as the Collector's `data_type` label writes it: `traces` or `metrics`.
-    const SIGNAL: &'static str;
+    /// The signal.
+    const SIGNAL: Signal;
+
+    /// What the receiver's validating walk can hand to stages fed directly (a tail
+    /// sampler): the span views for traces, nothing for metrics.
+    type Views: Send + Sync;
+
+    /// Validates an encoded request from the network and counts its items; yields the
+    /// views too when `want_views` is set and the payload has any.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] when the bytes are not a valid request.
+    fn inspect(request: &Bytes, want_views: bool) -> Result<Inspected<Self::Views>, PipelineError>;
+
+    /// The items a lenient protobuf decode finds in a refused request (0 when it finds
+    /// nothing): only used on the error path, to count what was refused.
+    fn refused_items(request: &[u8]) -> usize;
 
     /// Wraps already-validated request bytes holding `items` items.
     fn from_request(request: Bytes, items: usize) -> Self;
@@ -158,7 +169,45 @@ pub trait Payload: Clone + Send + Sync + std::fmt::Debug + 'static {
 }
 
 impl Payload for TraceBatch {
-    const SIGNAL: &'static str = "traces";
+    const SIGNAL: Signal = Signal::Traces;
+
+    type Views = Vec<ResourceSpansView>;
+
+    /// With views, the walk is [`crate::otlp::parse_traces_request`]; without,
+    /// [`crate::otlp::count_spans`]: the same walk, as strict, with the same errors.
+    fn inspect(request: &Bytes, want_views: bool) -> Result<Inspected<Self::Views>, PipelineError> {
+        let malformed = |error: crate::otlp::WireError| PipelineError::Malformed(error.to_string());
+        if want_views {
+            let resources = crate::otlp::parse_traces_request(request).map_err(malformed)?;
+            let items = resources
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len())
+                .sum();
+            Ok(Inspected {
+                items,
+                views: Some(resources),
+            })
+        } else {
+            let items = crate::otlp::count_spans(request).map_err(malformed)?;
+            Ok(Inspected { items, views: None })
+        }
+    }
+
+    fn refused_items(request: &[u8]) -> usize {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message;
+        ExportTraceServiceRequest::decode(request)
+            .map(|decoded| {
+                decoded
+                    .resource_spans
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .map(|s| s.spans.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
 
     fn from_request(request: Bytes, items: usize) -> Self {
         Self::new(request, items)
@@ -183,12 +232,12 @@ impl Payload for TraceBatch {
     /// Cut by span with the wire framer. The pieces share the original buffer, and so its
     /// charge.
     fn split(self, max_items: Option<usize>, max_bytes: usize) -> Vec<Self> {
-        match crate::otlp::split_batch(&self, max_items, max_bytes) {
+        match crate::otlp::split_batch(&self.request, self.span_count, max_items, max_bytes) {
             Ok(pieces) => pieces
                 .into_iter()
                 .map(|piece| Self {
                     charge: self.charge.clone(),
-                    ..piece
+                    ..Self::from(piece)
                 })
                 .collect(),
             // The receiver validated these bytes; a failure here is a bug. Keep the data
@@ -202,7 +251,22 @@ impl Payload for TraceBatch {
 }
 
 impl Payload for MetricsBatch {
-    const SIGNAL: &'static str = "metrics";
+    const SIGNAL: Signal = Signal::Metrics;
+
+    type Views = ();
+
+    /// A prost decode validates the request and counts its data points; the original
+    /// bytes go on.
+    fn inspect(request: &Bytes, _want_views: bool) -> Result<Inspected<()>, PipelineError> {
+        crate::otlp::decode_metrics_request(request)
+            .map(|(_decoded, items)| Inspected { items, views: None })
+            .map_err(|error| PipelineError::Malformed(error.to_string()))
+    }
+
+    /// Refused metrics are counted as requests, not points: their points are unknown.
+    fn refused_items(_request: &[u8]) -> usize {
+        0
+    }
 
     fn from_request(request: Bytes, items: usize) -> Self {
         Self::new(request, items)
@@ -216,8 +280,6 @@ impl Payload for MetricsBatch {
         self.data_points
     }
 
-    /// Metrics batches are cut at request granularity only: the batcher never joins
-    /// requests past the limits, and one request is never cut.
     fn charge(&self) -> Option<&Arc<Charge>> {
         self.charge.as_ref()
     }
@@ -226,6 +288,8 @@ impl Payload for MetricsBatch {
         self.charge = charge;
     }
 
+    /// Metrics batches are cut at request granularity only: the batcher never joins
+    /// requests past the limits, and one request is never cut.
     fn split(self, _max_items: Option<usize>, _max_bytes: usize) -> Vec<Self> {
         vec![self]
     }

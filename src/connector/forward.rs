@@ -1,0 +1,37 @@
+//! The `forward` connector: what one pipeline exports enters the pipelines that list the
+//! connector as a receiver, unchanged.
+
+use crate::config::ComponentId;
+use crate::payload::{BoxFuture, Consumer, Payload, Sink};
+
+/// The `forward` connector. It waits for room in the pipelines it feeds rather than
+/// refusing, so a full downstream pipeline pushes back on the upstream one, as an
+/// exporter's full queue does.
+pub struct ForwardConnector<P: Payload> {
+    id: ComponentId,
+    sink: Sink<P>,
+}
+
+impl<P: Payload> ForwardConnector<P> {
+    /// A forward connector `id` into `sink`.
+    pub fn new(id: ComponentId, sink: Sink<P>) -> Self {
+        Self { id, sink }
+    }
+}
+
+impl<P: Payload> Consumer<P> for ForwardConnector<P> {
+    fn consume(&self, batch: P) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let items = batch.item_count();
+            if let Err(error) = self.sink.deliver(batch).await {
+                // The downstream pipeline stopped first: the drain order makes this a bug.
+                tracing::error!(
+                    event = "connector.dropped",
+                    connector = %self.id,
+                    items,
+                    error = %error,
+                );
+            }
+        })
+    }
+}

@@ -1,0 +1,32 @@
+//! The bottom layer every stage builds on: the payloads that flow along the pipeline's
+//! edges and the edges themselves. It imports no stage; receivers, the sampler, the
+//! batcher, connectors and exporters depend on it, and the wiring (`pipeline`, `service`,
+//! `shutdown`) sits on top of them.
+//!
+//! - [`TraceBatch`] and [`MetricsBatch`]: an encoded OTLP request and its item count,
+//!   generic through [`Payload`] (whose [`Payload::SIGNAL`] is a [`Signal`]).
+//! - [`Charge`]: bytes held against the one memory budget for as long as a batch lives.
+//! - [`Sink`]: a pipeline's entry side, which admits a batch into all of a receiver's
+//!   pipelines or into none.
+//! - [`Downstream`], [`Consumer`], [`ExporterFanout`]: where a stage's output goes.
+//!
+//! Pipeline errors and their wire mapping are in [`crate::error`], below this layer too.
+
+mod batch;
+mod charge;
+mod edge;
+mod sink;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests;
+
+pub use batch::{Inspected, MetricsBatch, Payload, TraceBatch};
+pub use charge::Charge;
+pub use edge::{BoxFuture, Consumer, Downstream, ExporterFanout, SharedConsumer};
+pub use sink::{
+    ADMISSION_WAIT, DirectEntry, DownstreamClosed, MetricsSink, PipelineInput, RETRY_AFTER_FULL,
+    Sink, TracesSink,
+};
+
+pub use crate::config::Signal;

@@ -1,0 +1,285 @@
+//! The entry side of pipelines: what a receiver or a connector hands a batch to.
+//!
+//! A [`Sink`] holds the inputs of every pipeline one receiver (or connector) feeds. It
+//! admits a batch into all of them or into none: each input is asked for room first (a
+//! slot is reserved in each queue, each directly fed stage checks its buffer), and only
+//! then is the batch handed to all of them. A full input becomes a retryable refusal for a
+//! receiver ([`Sink::accept`]) and a wait for a connector ([`Sink::deliver`]), which must
+//! not refuse.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::{MetricsBatch, Payload, TraceBatch};
+use crate::config::PipelineId;
+use crate::error::PipelineError;
+use crate::limiter::MemoryBudget;
+
+/// How long a receiver waits for room in a full pipeline before refusing the request.
+pub const ADMISSION_WAIT: Duration = Duration::from_millis(500);
+
+/// The `Retry-After` hint given with a refusal for a full pipeline.
+pub const RETRY_AFTER_FULL: Duration = Duration::from_secs(1);
+
+/// How long a connector waits before asking a full directly fed stage again (queues are
+/// awaited instead: they wake the waiter when a slot frees).
+const DIRECT_RETRY: Duration = Duration::from_millis(20);
+
+/// A stage that takes batches synchronously on the caller's task instead of through a
+/// queue (the tail sampler, whose buffer is its queue).
+pub trait DirectEntry<P: Payload>: Send + Sync + fmt::Debug {
+    /// Whether a batch can be taken now.
+    ///
+    /// # Errors
+    ///
+    /// A retryable [`PipelineError::Overloaded`] while the stage is full.
+    fn check_room(&self) -> Result<(), PipelineError>;
+
+    /// Takes `batch`; `views` are those of its request when the receiver's walk made them
+    /// ([`Payload::inspect`] of exactly these bytes), so the stage need not walk it again.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] when the stage parses the request itself and it does
+    /// not parse (receivers have validated it, so only for batches made elsewhere).
+    fn take(&self, batch: &P, views: Option<&P::Views>) -> Result<(), PipelineError>;
+}
+
+/// The entry of one pipeline.
+pub enum PipelineInput<P: Payload> {
+    /// A bounded queue into the pipeline's first stage.
+    Queue {
+        /// The pipeline.
+        id: PipelineId,
+        /// The queue.
+        sender: mpsc::Sender<P>,
+    },
+    /// A stage first in the pipeline that is fed directly on the caller's task.
+    Direct {
+        /// The pipeline.
+        id: PipelineId,
+        /// The stage.
+        entry: Arc<dyn DirectEntry<P>>,
+    },
+}
+
+impl<P: Payload> Clone for PipelineInput<P> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Queue { id, sender } => Self::Queue {
+                id: id.clone(),
+                sender: sender.clone(),
+            },
+            Self::Direct { id, entry } => Self::Direct {
+                id: id.clone(),
+                entry: entry.clone(),
+            },
+        }
+    }
+}
+
+impl<P: Payload> fmt::Debug for PipelineInput<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Queue { id, .. } => f.debug_struct("Queue").field("id", id).finish(),
+            Self::Direct { id, entry } => f
+                .debug_struct("Direct")
+                .field("id", id)
+                .field("entry", entry)
+                .finish(),
+        }
+    }
+}
+
+impl<P: Payload> PipelineInput<P> {
+    /// The id of the pipeline this enters.
+    pub fn id(&self) -> &PipelineId {
+        match self {
+            Self::Queue { id, .. } | Self::Direct { id, .. } => id,
+        }
+    }
+}
+
+/// What a receiver (or connector) hands its data to: the inputs of every pipeline it
+/// belongs to.
+pub struct Sink<P: Payload> {
+    inputs: Arc<[PipelineInput<P>]>,
+    budget: Option<Arc<MemoryBudget>>,
+}
+
+/// The sink of a traces receiver or connector.
+pub type TracesSink = Sink<TraceBatch>;
+
+/// The sink of a metrics receiver or connector.
+pub type MetricsSink = Sink<MetricsBatch>;
+
+impl<P: Payload> Clone for Sink<P> {
+    fn clone(&self) -> Self {
+        Self {
+            inputs: self.inputs.clone(),
+            budget: self.budget.clone(),
+        }
+    }
+}
+
+impl<P: Payload> Default for Sink<P> {
+    /// A sink that feeds no pipeline.
+    fn default() -> Self {
+        Self {
+            inputs: Arc::from(Vec::new()),
+            budget: None,
+        }
+    }
+}
+
+impl<P: Payload> fmt::Debug for Sink<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sink")
+            .field("signal", &P::SIGNAL)
+            .field("inputs", &self.inputs)
+            .finish()
+    }
+}
+
+/// Why [`Sink::deliver`] could not hand a batch on.
+#[derive(Debug, thiserror::Error)]
+#[error("a pipeline this connector feeds has stopped")]
+pub struct DownstreamClosed(());
+
+impl<P: Payload> Sink<P> {
+    /// A sink feeding `inputs`; batches queued for a pipeline are charged to `budget`.
+    pub fn new(inputs: Vec<PipelineInput<P>>, budget: Arc<MemoryBudget>) -> Self {
+        Self {
+            inputs: inputs.into(),
+            budget: Some(budget),
+        }
+    }
+
+    /// True when no pipeline takes this receiver's data.
+    pub fn is_empty(&self) -> bool {
+        self.inputs.is_empty()
+    }
+
+    /// True when a directly fed stage is the entry of at least one of the pipelines: it
+    /// can use the request's views, so the receiver should ask [`Payload::inspect`] for
+    /// them and pass them to [`accept_with_views`](Self::accept_with_views), instead of the
+    /// request being walked twice.
+    pub fn wants_views(&self) -> bool {
+        self.inputs
+            .iter()
+            .any(|input| matches!(input, PipelineInput::Direct { .. }))
+    }
+
+    /// Admits `batch` into every pipeline, or into none.
+    ///
+    /// Every pipeline is asked for room first: each directly fed stage checks its buffer,
+    /// and a slot is reserved in each queue (waiting at most [`ADMISSION_WAIT`]). Only then
+    /// is the batch handed to all of them.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Overloaded`] when a pipeline stayed full,
+    /// [`PipelineError::ShuttingDown`] when a pipeline has stopped. Either way no pipeline
+    /// received the batch.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling drops the reserved slots; no pipeline receives the batch.
+    pub async fn accept(&self, batch: P) -> Result<(), PipelineError> {
+        self.accept_with_views(batch, None).await
+    }
+
+    /// [`accept`](Self::accept), with the views of `batch`'s request when the caller has
+    /// already made them ([`Payload::inspect`] of exactly those bytes): directly fed
+    /// stages then use them instead of walking the request again.
+    ///
+    /// # Errors
+    ///
+    /// As [`accept`](Self::accept).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`accept`](Self::accept).
+    pub async fn accept_with_views(
+        &self,
+        batch: P,
+        views: Option<&P::Views>,
+    ) -> Result<(), PipelineError> {
+        self.admit(batch, views, Some(ADMISSION_WAIT)).await
+    }
+
+    /// Admits `batch` like [`accept`](Self::accept), but waits as long as a pipeline is
+    /// full instead of refusing: for connectors, which must not refuse, so that a full
+    /// downstream pipeline pushes back on the upstream one.
+    ///
+    /// # Errors
+    ///
+    /// [`DownstreamClosed`] when a pipeline has stopped (the drain order stops upstream
+    /// pipelines first, so only a bug or an aborted shutdown leads here); the caller counts
+    /// the batch's items as lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`accept`](Self::accept).
+    pub async fn deliver(&self, batch: P) -> Result<(), DownstreamClosed> {
+        loop {
+            match self.admit(batch.clone(), None, None).await {
+                Ok(()) => return Ok(()),
+                Err(PipelineError::Overloaded { .. }) => tokio::time::sleep(DIRECT_RETRY).await,
+                Err(_) => return Err(DownstreamClosed(())),
+            }
+        }
+    }
+
+    /// Reserves room in every input (queues waiting at most `wait`, or for as long as it
+    /// takes when `None`), then hands `batch` to all of them.
+    async fn admit(
+        &self,
+        batch: P,
+        views: Option<&P::Views>,
+        wait: Option<Duration>,
+    ) -> Result<(), PipelineError> {
+        let mut permits = Vec::with_capacity(self.inputs.len());
+        let mut direct = Vec::new();
+        for input in self.inputs.iter() {
+            match input {
+                PipelineInput::Direct { entry, .. } => {
+                    entry.check_room()?;
+                    direct.push(entry);
+                }
+                PipelineInput::Queue { sender, .. } => {
+                    let reserved = match wait {
+                        Some(wait) => tokio::time::timeout(wait, sender.reserve()).await,
+                        None => Ok(sender.reserve().await),
+                    };
+                    match reserved {
+                        Ok(Ok(permit)) => permits.push(permit),
+                        Ok(Err(_closed)) => return Err(PipelineError::ShuttingDown),
+                        Err(_elapsed) => {
+                            return Err(PipelineError::Overloaded {
+                                reason: "pipeline queue full",
+                                retry_after: RETRY_AFTER_FULL,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for entry in direct {
+            entry.take(&batch, views)?;
+        }
+        // Queued batches hold their buffer until the next stage is done with it.
+        let batch = match (&self.budget, permits.is_empty()) {
+            (Some(budget), false) => batch.charged(budget),
+            _ => batch,
+        };
+        // Cloning a batch clones a reference-counted buffer, not the items.
+        for permit in permits {
+            permit.send(batch.clone());
+        }
+        Ok(())
+    }
+}
