@@ -198,7 +198,7 @@ fn bench(c: &mut Criterion) {
                 },
                 |(sampler, closed, tx, rx)| {
                     // The ingest handle is gone: `run` decides everything and returns.
-                    runtime.block_on(sampler.run(closed, Downstream::Stage(tx)));
+                    runtime.block_on(sampler.run(closed, Downstream::stage(tx)));
                     rx
                 },
                 BatchSize::PerIteration,

@@ -115,7 +115,7 @@ fn run(config: tailgate::config::Config) -> ExitCode {
             }
         }
         let report = gateway.shutdown().await;
-        if report.dropped_spans > 0 {
+        if report.dropped_spans > 0 || report.dropped_metric_points > 0 {
             ExitCode::from(2)
         } else {
             ExitCode::SUCCESS

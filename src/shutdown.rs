@@ -18,14 +18,24 @@
 //!
 //! Completion is detected by drop (channel senders), so the order follows from the graph;
 //! the stages are awaited in that order so that a stall is reported by stage. Every wait
-//! is bounded by the one deadline.
+//! is bounded by the one deadline. When it passes, stages are not aborted with data in
+//! hand: the give-up signal is raised, every stage stops waiting for room downstream,
+//! counts what it gives up (see [`crate::payload::GiveUp`]) and ends once its input
+//! closes, so `tailgate_spans_dropped_total` holds exactly what was accepted and not
+//! delivered. Only a stage that still has not ended [`GIVE_UP_GRACE`] later is aborted,
+//! and that is logged as an error.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::payload::GiveUpSignal;
 use crate::service::Gateway;
 use crate::telemetry::HealthState;
+
+/// How long stages get, after the give-up signal, to count what they hold and end before
+/// they are aborted.
+pub const GIVE_UP_GRACE: Duration = Duration::from_secs(2);
 
 /// What the drain achieved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,19 +81,39 @@ impl Gateway {
         tracing::info!(event = "shutdown.started", timeout = ?timeout);
         let mut completed = true;
 
+        let stages = self.pipelines.into_parts();
+        let give_up = &stages.give_up;
+
         // 1. Stop intake; admitted requests finish.
         let _ = self.stop_receivers.send(true);
-        completed &= join_until(self.receiver_tasks, deadline, "receivers").await;
+        completed &= join_until(self.receiver_tasks, deadline, "receivers", None).await;
 
         // 2. Receivers are gone, so traces pipeline inputs close: processors flush and end.
-        let stages = self.pipelines.into_parts();
-        completed &= join_until(stages.traces_stages, deadline, "traces processors").await;
+        completed &= join_until(
+            stages.traces_stages,
+            deadline,
+            "traces processors",
+            Some(give_up),
+        )
+        .await;
 
         // 3. Span metrics connectors flush their last interval into the metrics pipelines.
-        completed &= join_until(stages.connector_tasks, deadline, "connectors").await;
+        completed &= join_until(
+            stages.connector_tasks,
+            deadline,
+            "connectors",
+            Some(give_up),
+        )
+        .await;
 
         // 4. Metrics pipeline inputs close: processors flush and end.
-        completed &= join_until(stages.metrics_stages, deadline, "metrics processors").await;
+        completed &= join_until(
+            stages.metrics_stages,
+            deadline,
+            "metrics processors",
+            Some(give_up),
+        )
+        .await;
 
         // 5. Exporters deliver their queues until the deadline.
         let traces_drains = stages
@@ -102,6 +132,9 @@ impl Gateway {
             completed,
             ..ShutdownReport::default()
         };
+        // What the stages gave up at the deadline; exporters report their own below.
+        report.dropped_spans = stages.lost_spans.total();
+        report.dropped_metric_points = stages.lost_points.total();
         for drain in traces_drains {
             report.delivered_spans += drain.delivered_spans;
             report.dropped_spans += drain.dropped_spans;
@@ -133,17 +166,23 @@ impl Gateway {
             self.telemetry_tasks,
             Instant::now() + Duration::from_secs(2),
             "telemetry",
+            None,
         )
         .await;
         report
     }
 }
 
-/// Awaits `tasks` until `deadline`, then aborts what is left. True when all finished.
+/// Awaits `tasks` until `deadline`. True when all finished by then.
+///
+/// For pipeline stages (`give_up` set), the deadline raises the give-up signal and the
+/// stages get [`GIVE_UP_GRACE`] more to count what they hold and end; what is left after
+/// that (or, for other tasks, at the deadline) is aborted.
 async fn join_until(
     tasks: Vec<tokio::task::JoinHandle<()>>,
     deadline: Instant,
     stage: &'static str,
+    give_up: Option<&GiveUpSignal>,
 ) -> bool {
     let mut set = tokio::task::JoinSet::new();
     let mut handles = Vec::new();
@@ -157,13 +196,27 @@ async fn join_until(
         tokio::time::timeout_at(deadline, async { while set.join_next().await.is_some() {} })
             .await
             .is_ok();
-    if !finished {
-        tracing::warn!(event = "shutdown.stage_timed_out", stage);
-        for handle in handles {
-            handle.abort();
-        }
+    if finished {
+        return true;
     }
-    finished
+    tracing::warn!(event = "shutdown.stage_timed_out", stage);
+    if let Some(give_up) = give_up {
+        give_up.raise();
+        let grace = Instant::now() + GIVE_UP_GRACE;
+        let ended =
+            tokio::time::timeout_at(grace, async { while set.join_next().await.is_some() {} })
+                .await
+                .is_ok();
+        if ended {
+            return false;
+        }
+        // A stage that does not end after giving up holds data no counter will see.
+        tracing::error!(event = "shutdown.stage_aborted", stage);
+    }
+    for handle in handles {
+        handle.abort();
+    }
+    false
 }
 
 /// Runs the futures concurrently and collects their outputs in order.

@@ -128,3 +128,118 @@ async fn sigterm_with_500_spans_held(config: String, sink: &OtlpSink) {
     );
     assert!(lines.iter().any(|l| l.contains("shutdown.finished")));
 }
+
+/// Sends requests of 50 spans over gRPC until the gateway refuses one or `max` were sent;
+/// returns how many spans it accepted.
+async fn send_until_refused(gateway: &tailgate::service::Gateway, max: u64) -> u64 {
+    let mut client = TraceServiceClient::connect(format!("http://{}", support::grpc_addr(gateway)))
+        .await
+        .expect("connect");
+    let mut accepted = 0;
+    for request in 0..max {
+        let spans = (0..50u64)
+            .map(|s| Span {
+                trace_id: (u128::from(request) * 64 + u128::from(s) + 1)
+                    .to_be_bytes()
+                    .to_vec(),
+                span_id: (s + 1).to_be_bytes().to_vec(),
+                name: "op".into(),
+                ..Default::default()
+            })
+            .collect();
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        match client.export(request).await {
+            Ok(_) => accepted += 50,
+            Err(_) => break,
+        }
+    }
+    accepted
+}
+
+/// The sum of a counter family over all label values, from a gateway's registry.
+fn counter_total(registry: &prometheus::Registry, name: &str) -> u64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|family| family.name() == name)
+        .flat_map(|family| family.get_metric())
+        .map(|metric| metric.get_counter().get_value() as u64)
+        .sum()
+}
+
+/// Runs `config` against a sink that refuses everything, fills the gateway until it
+/// refuses, drains with a one-second deadline and checks the accounting identity.
+async fn deadline_identity(config: String) {
+    let sink = OtlpSink::start(SinkBehavior::RefuseFor(Duration::from_secs(3600))).await;
+    let gateway = support::start_gateway(&config.replace("SINK", &sink.addr.to_string())).await;
+    let registry = gateway.registry.clone();
+    let sent = send_until_refused(&gateway, 400).await;
+    let accepted = counter_total(&registry, "otelcol_receiver_accepted_spans_total");
+    assert_eq!(accepted, sent, "the client's count and the gateway's agree");
+    assert!(accepted >= 500, "enough held to be lost: {accepted}");
+
+    let report = gateway.shutdown_within(Duration::from_secs(1)).await;
+
+    let delivered = sink.handle.span_count() as u64;
+    let dropped = counter_total(&registry, "tailgate_spans_dropped_total");
+    assert!(!report.completed, "{report:?}");
+    assert_eq!(delivered, 0, "the sink refused everything");
+    assert_eq!(
+        dropped,
+        accepted - delivered,
+        "every accepted span not delivered is counted once: {report:?}"
+    );
+    assert_eq!(
+        report.dropped_spans, dropped,
+        "the report agrees with the counter"
+    );
+}
+
+/// Scenario: a pipeline `batch -> otlp` whose backend refuses everything, a one-slot
+/// sending queue, filled until the gateway refuses; then a drain with a one-second
+/// deadline, far too short (the exporter keeps retrying).
+/// Guarantees: at exit `tailgate_spans_dropped_total` equals exactly the spans accepted
+/// and not delivered (held in the exporter's queue and retry, the batcher, the pipeline's
+/// input queue), and the shutdown report says the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_too_short_counts_exactly_what_was_lost() {
+    let config = support::gateway_config_with(
+        "otlp/sink",
+        "SINK",
+        "    sending_queue:\n      queue_size: 1\n      num_consumers: 1\n",
+    )
+    .replace("send_batch_size: 512", "send_batch_size: 100");
+    deadline_identity(config).await;
+}
+
+/// Scenario: as above, with the data passing a `forward` connector into a second traces
+/// pipeline (`traces/in -> forward -> traces/out[batch] -> otlp`).
+/// Guarantees: spans held by the connector's wait, both pipelines' queues and the batcher
+/// are all counted: dropped equals accepted minus delivered exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_too_short_counts_across_a_connector() {
+    let config = support::gateway_config_with(
+        "otlp/sink",
+        "SINK",
+        "    sending_queue:\n      queue_size: 1\n      num_consumers: 1\n",
+    )
+    .replace("send_batch_size: 512", "send_batch_size: 100")
+    .replace(
+        "extensions:\n  health_check:",
+        "connectors:\n  forward:\nextensions:\n  health_check:",
+    )
+    .replace(
+        "    traces:\n      receivers: [otlp]\n      processors: [batch]\n      exporters: [otlp/sink]",
+        "    traces/in:\n      receivers: [otlp]\n      exporters: [forward]\n    traces/out:\n      receivers: [forward]\n      processors: [batch]\n      exporters: [otlp/sink]",
+    );
+    assert!(config.contains("traces/out"), "{config}");
+    deadline_identity(config).await;
+}

@@ -136,7 +136,8 @@ impl<P: Payload> Batcher<P> {
         self.pending_bytes = 0;
         self.metrics.record_send(&batch, trigger);
         if let Err(lost) = output.send(batch).await {
-            tracing::error!(event = "batch.downstream_closed", items = lost.item_count());
+            // Counted by the output; only the shutdown deadline leads here.
+            tracing::debug!(event = "batch.undelivered", items = lost.items);
         }
     }
 }

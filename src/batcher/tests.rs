@@ -59,7 +59,7 @@ fn start(config: BatchConfig) -> (mpsc::Sender<TraceBatch>, mpsc::Receiver<Trace
         BatchMetrics::unregistered(),
         MemoryBudget::unlimited(),
     );
-    tokio::spawn(batcher.run(in_rx, Downstream::Stage(out_tx)));
+    tokio::spawn(batcher.run(in_rx, Downstream::stage(out_tx)));
     (in_tx, out_rx)
 }
 
@@ -140,7 +140,7 @@ async fn pushes_back_when_downstream_is_full() {
         BatchMetrics::unregistered(),
         MemoryBudget::unlimited(),
     );
-    tokio::spawn(batcher.run(in_rx, Downstream::Stage(out_tx)));
+    tokio::spawn(batcher.run(in_rx, Downstream::stage(out_tx)));
     let mut accepted = 0;
     for _ in 0..10 {
         match tokio::time::timeout(Duration::from_millis(50), in_tx.send(request("x", 1))).await {
@@ -175,7 +175,7 @@ async fn charges_follow_the_bytes() {
         BatchMetrics::unregistered(),
         budget.clone(),
     );
-    tokio::spawn(batcher.run(in_rx, Downstream::Stage(out_tx)));
+    tokio::spawn(batcher.run(in_rx, Downstream::stage(out_tx)));
     let first = request("a", 3).charged(&budget);
     let second = request("b", 3).charged(&budget);
     let total = first.byte_len() + second.byte_len();

@@ -24,9 +24,10 @@ impl<P: Payload> Consumer<P> for ForwardConnector<P> {
         Box::pin(async move {
             let items = batch.item_count();
             if let Err(error) = self.sink.deliver(batch).await {
-                // The downstream pipeline stopped first: the drain order makes this a bug.
-                tracing::error!(
-                    event = "connector.dropped",
+                // Counted as lost by the sink; a stopped pipeline is a bug in the drain
+                // order, giving up is the shutdown deadline.
+                tracing::warn!(
+                    event = "connector.undelivered",
                     connector = %self.id,
                     items,
                     error = %error,

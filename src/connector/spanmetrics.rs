@@ -599,9 +599,9 @@ impl SpanMetricsFlusher {
         };
         let batch = MetricsBatch::new(Bytes::from(request.encode_to_vec()), points);
         if let Err(error) = self.sink.deliver(batch).await {
-            // The metrics pipelines stopped first: the drain order makes this a bug.
-            tracing::error!(
-                event = "connector.dropped",
+            // Counted as lost by the sink.
+            tracing::warn!(
+                event = "connector.undelivered",
                 connector = %self.id,
                 items = points,
                 error = %error,

@@ -276,6 +276,11 @@ impl ExporterMetricFamilies {
         self.spans.dropped.clone()
     }
 
+    /// `tailgate_metric_points_dropped_total`: the one counter of lost metric points.
+    pub fn dropped_points(&self) -> IntCounterVec {
+        self.points.dropped.clone()
+    }
+
     /// Label-bound handles for one traces exporter. Every `reason` and `error_type` series
     /// is created at zero, so dashboards see them before the first failure.
     pub fn for_exporter(&self, id: &ComponentId) -> ExporterMetrics {

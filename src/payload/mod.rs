@@ -9,12 +9,15 @@
 //! - [`Sink`]: a pipeline's entry side, which admits a batch into all of a receiver's
 //!   pipelines or into none.
 //! - [`Downstream`], [`Consumer`], [`ExporterFanout`]: where a stage's output goes.
+//! - [`GiveUp`], [`LossCounter`]: how stages stop waiting at the shutdown deadline and
+//!   count, once, every item they give up.
 //!
 //! Pipeline errors and their wire mapping are in [`crate::error`], below this layer too.
 
 mod batch;
 mod charge;
 mod edge;
+mod give_up;
 mod sink;
 
 #[cfg(test)]
@@ -23,10 +26,11 @@ mod tests;
 
 pub use batch::{Inspected, MetricsBatch, Payload, TraceBatch};
 pub use charge::Charge;
-pub use edge::{BoxFuture, Consumer, Downstream, ExporterFanout, SharedConsumer};
+pub use edge::{BoxFuture, Consumer, Downstream, ExporterFanout, Lost, SharedConsumer, Target};
+pub use give_up::{GiveUp, GiveUpSignal, LossCounter};
 pub use sink::{
-    ADMISSION_WAIT, DirectEntry, DownstreamClosed, MetricsSink, PipelineInput, RETRY_AFTER_FULL,
-    Sink, TracesSink,
+    ADMISSION_WAIT, DirectEntry, MetricsSink, PipelineInput, RETRY_AFTER_FULL, Sink, TracesSink,
+    Undelivered,
 };
 
 pub use crate::config::Signal;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{MetricsBatch, Payload, TraceBatch};
+use super::{GiveUp, MetricsBatch, Payload, TraceBatch};
 use crate::config::PipelineId;
 use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
@@ -108,6 +108,7 @@ impl<P: Payload> PipelineInput<P> {
 pub struct Sink<P: Payload> {
     inputs: Arc<[PipelineInput<P>]>,
     budget: Option<Arc<MemoryBudget>>,
+    give_up: GiveUp,
 }
 
 /// The sink of a traces receiver or connector.
@@ -121,6 +122,7 @@ impl<P: Payload> Clone for Sink<P> {
         Self {
             inputs: self.inputs.clone(),
             budget: self.budget.clone(),
+            give_up: self.give_up.clone(),
         }
     }
 }
@@ -131,6 +133,7 @@ impl<P: Payload> Default for Sink<P> {
         Self {
             inputs: Arc::from(Vec::new()),
             budget: None,
+            give_up: GiveUp::default(),
         }
     }
 }
@@ -144,10 +147,16 @@ impl<P: Payload> fmt::Debug for Sink<P> {
     }
 }
 
-/// Why [`Sink::deliver`] could not hand a batch on.
+/// Why [`Sink::deliver`] could not hand a batch on; its items have been counted as lost.
 #[derive(Debug, thiserror::Error)]
-#[error("a pipeline this connector feeds has stopped")]
-pub struct DownstreamClosed(());
+pub enum Undelivered {
+    /// A pipeline the connector feeds has stopped.
+    #[error("a pipeline this connector feeds has stopped")]
+    Closed,
+    /// The shutdown deadline passed while the pipelines were full.
+    #[error("the shutdown deadline passed while the pipelines were full")]
+    GaveUp,
+}
 
 impl<P: Payload> Sink<P> {
     /// A sink feeding `inputs`; batches queued for a pipeline are charged to `budget`.
@@ -155,7 +164,14 @@ impl<P: Payload> Sink<P> {
         Self {
             inputs: inputs.into(),
             budget: Some(budget),
+            give_up: GiveUp::default(),
         }
+    }
+
+    /// The same sink, whose [`deliver`](Self::deliver) gives up (and counts) at
+    /// `give_up`'s signal.
+    pub fn with_give_up(self, give_up: GiveUp) -> Self {
+        Self { give_up, ..self }
     }
 
     /// True when no pipeline takes this receiver's data.
@@ -217,19 +233,32 @@ impl<P: Payload> Sink<P> {
     ///
     /// # Errors
     ///
-    /// [`DownstreamClosed`] when a pipeline has stopped (the drain order stops upstream
-    /// pipelines first, so only a bug or an aborted shutdown leads here); the caller counts
-    /// the batch's items as lost.
+    /// [`Undelivered`] when a pipeline has stopped (the drain order stops upstream
+    /// pipelines first, so only a bug leads here) or the shutdown gave up waiting. Either
+    /// way the batch's items have been counted as lost.
     ///
     /// # Cancel safety
     ///
-    /// As [`accept`](Self::accept).
-    pub async fn deliver(&self, batch: P) -> Result<(), DownstreamClosed> {
+    /// As [`accept`](Self::accept); a cancelled delivery is not counted.
+    pub async fn deliver(&self, batch: P) -> Result<(), Undelivered> {
+        let items = batch.item_count();
+        let outcome = tokio::select! {
+            biased;
+            () = self.give_up.raised() => Err(Undelivered::GaveUp),
+            delivered = self.deliver_waiting(batch) => delivered,
+        };
+        if outcome.is_err() {
+            self.give_up.count_lost(items);
+        }
+        outcome
+    }
+
+    async fn deliver_waiting(&self, batch: P) -> Result<(), Undelivered> {
         loop {
             match self.admit(batch.clone(), None, None).await {
                 Ok(()) => return Ok(()),
                 Err(PipelineError::Overloaded { .. }) => tokio::time::sleep(DIRECT_RETRY).await,
-                Err(_) => return Err(DownstreamClosed(())),
+                Err(_) => return Err(Undelivered::Closed),
             }
         }
     }

@@ -223,25 +223,145 @@ async fn deliver_waits_for_room() {
     assert_eq!(a_rx.recv().await.unwrap().span_count, 7);
 }
 
+fn loss_counter() -> (LossCounter, prometheus::IntCounter) {
+    let counter = prometheus::IntCounter::new("lost_total", "test").unwrap();
+    (LossCounter::new(counter.clone()), counter)
+}
+
 /// Scenario: a connector delivers into a pipeline whose queue has closed.
-/// Guarantees: `deliver` returns `DownstreamClosed` at once so the caller can count the
-/// loss, rather than waiting forever.
+/// Guarantees: `deliver` fails at once rather than waiting forever, and the batch's
+/// items are counted as lost exactly once.
 #[tokio::test(start_paused = true)]
-async fn deliver_into_a_stopped_pipeline_fails() {
+async fn deliver_into_a_stopped_pipeline_fails_and_counts() {
     let budget = MemoryBudget::new(1 << 20, 1 << 19);
     let (a, a_rx) = queue("traces/a", 1);
     drop(a_rx);
-    let sink = Sink::new(vec![a], budget);
-    let delivered = tokio::time::timeout(Duration::from_secs(1), sink.deliver(batch(1))).await;
-    assert!(matches!(delivered, Ok(Err(DownstreamClosed { .. }))));
+    let (lost, counter) = loss_counter();
+    let (_signal, give_up) = GiveUp::new(lost.clone());
+    let sink = Sink::new(vec![a], budget).with_give_up(give_up);
+    let delivered = tokio::time::timeout(Duration::from_secs(1), sink.deliver(batch(3))).await;
+    assert!(matches!(delivered, Ok(Err(Undelivered::Closed))));
+    assert_eq!(counter.get(), 3);
+    assert_eq!(lost.total(), 3);
+}
+
+/// Scenario: a connector waits on a full pipeline when the shutdown gives up.
+/// Guarantees: `deliver` returns `GaveUp` and counts the batch's items once; the queue
+/// never receives it.
+#[tokio::test(start_paused = true)]
+async fn deliver_gives_up_at_the_signal() {
+    let budget = MemoryBudget::new(1 << 20, 1 << 19);
+    let (a, mut a_rx) = queue("traces/a", 1);
+    let PipelineInput::Queue { sender, .. } = &a else {
+        unreachable!()
+    };
+    sender.try_send(batch(1)).unwrap();
+    let (lost, counter) = loss_counter();
+    let (signal, give_up) = GiveUp::new(lost);
+    let sink = Sink::new(vec![a], budget).with_give_up(give_up);
+    let delivering = tokio::spawn(async move { sink.deliver(batch(5)).await });
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!delivering.is_finished());
+    signal.raise();
+    assert!(matches!(
+        delivering.await.unwrap(),
+        Err(Undelivered::GaveUp)
+    ));
+    assert_eq!(counter.get(), 5);
+    assert_eq!(a_rx.recv().await.unwrap().span_count, 1);
+    assert!(a_rx.try_recv().is_err());
 }
 
 /// Scenario: a stage sends into a downstream whose queue has closed.
-/// Guarantees: the batch is handed back so its items can be counted as lost.
+/// Guarantees: the send fails with the batch's items, counted as lost once.
 #[tokio::test(start_paused = true)]
-async fn downstream_hands_back_what_it_could_not_send() {
+async fn downstream_counts_what_it_could_not_send() {
     let (sender, receiver) = mpsc::channel::<TraceBatch>(1);
     drop(receiver);
-    let lost = Downstream::Stage(sender).send(batch(4)).await.unwrap_err();
-    assert_eq!(lost.span_count, 4);
+    let (lost, counter) = loss_counter();
+    let (_signal, give_up) = GiveUp::new(lost);
+    let output = Downstream::stage(sender).with_give_up(give_up);
+    assert_eq!(output.send(batch(4)).await, Err(Lost { items: 4 }));
+    assert_eq!(counter.get(), 4);
+}
+
+/// Scenario: a stage waits on a full queue downstream when the shutdown gives up; a
+/// later send after the signal.
+/// Guarantees: the waiting send fails and counts its items; a send after the signal fails
+/// at once even though room has freed, so nothing is handed on past the deadline.
+#[tokio::test(start_paused = true)]
+async fn downstream_gives_up_at_the_signal() {
+    let (sender, mut receiver) = mpsc::channel::<TraceBatch>(1);
+    sender.try_send(batch(1)).unwrap();
+    let (lost, counter) = loss_counter();
+    let (signal, give_up) = GiveUp::new(lost);
+    let output = Downstream::stage(sender).with_give_up(give_up);
+    let waiting = tokio::spawn({
+        let output = output.clone();
+        async move { output.send(batch(6)).await }
+    });
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!waiting.is_finished());
+    signal.raise();
+    assert_eq!(waiting.await.unwrap(), Err(Lost { items: 6 }));
+    assert_eq!(receiver.recv().await.unwrap().span_count, 1);
+    assert_eq!(output.send(batch(2)).await, Err(Lost { items: 2 }));
+    assert_eq!(counter.get(), 8);
+}
+
+/// A consumer that takes batches until told to block, then waits forever.
+struct Gate {
+    open: bool,
+    taken: Mutex<usize>,
+}
+
+impl Consumer<TraceBatch> for Gate {
+    fn consume(&self, batch: TraceBatch) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if !self.open {
+                std::future::pending::<()>().await;
+            }
+            *self.taken.lock().unwrap_or_else(|e| e.into_inner()) += batch.span_count;
+        })
+    }
+}
+
+/// Scenario: a pipeline's end fans out to three consumers; the second never has room;
+/// the shutdown gives up.
+/// Guarantees: the first consumer got the batch; the batch is counted as lost once for
+/// each consumer that did not get it (two), so per-consumer accounting stays exact.
+#[tokio::test(start_paused = true)]
+async fn fanout_counts_each_missed_consumer() {
+    let first = Arc::new(Gate {
+        open: true,
+        taken: Mutex::new(0),
+    });
+    let blocked = Arc::new(Gate {
+        open: false,
+        taken: Mutex::new(0),
+    });
+    let third = Arc::new(Gate {
+        open: true,
+        taken: Mutex::new(0),
+    });
+    let id = |name: &str| crate::config::ComponentId {
+        written: name.to_owned(),
+        kind: name.to_owned(),
+        name: None,
+    };
+    let fanout = ExporterFanout::new(vec![
+        (id("a"), first.clone() as SharedConsumer<TraceBatch>),
+        (id("b"), blocked.clone()),
+        (id("c"), third.clone()),
+    ]);
+    let (lost, counter) = loss_counter();
+    let (signal, give_up) = GiveUp::new(lost);
+    let output = Downstream::exporters(fanout).with_give_up(give_up);
+    let sending = tokio::spawn(async move { output.send(batch(10)).await });
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    signal.raise();
+    assert_eq!(sending.await.unwrap(), Err(Lost { items: 20 }));
+    assert_eq!(counter.get(), 20);
+    assert_eq!(*first.taken.lock().unwrap(), 10);
+    assert_eq!(*third.taken.lock().unwrap(), 0);
 }

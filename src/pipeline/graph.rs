@@ -25,12 +25,13 @@ use crate::config::{
 use crate::connector::{ForwardConnector, SpanMetricsFlusher, SpanMetricsMetricFamilies};
 use crate::exporter::remote_write::RemoteWriteMetricFamilies;
 use crate::exporter::{
-    ExporterError, ExporterMetricFamilies, MetricsExporter, QueueStorage, TracesExporter,
+    ExporterError, ExporterMetricFamilies, FailureReason, MetricsExporter, QueueStorage,
+    TracesExporter,
 };
 use crate::limiter::MemoryBudget;
 use crate::payload::{
-    Consumer, Downstream, ExporterFanout, MetricsBatch, MetricsSink, Payload, PipelineInput,
-    TraceBatch, TracesSink,
+    Consumer, Downstream, ExporterFanout, GiveUp, GiveUpSignal, LossCounter, MetricsBatch,
+    MetricsSink, Payload, PipelineInput, Target, TraceBatch, TracesSink,
 };
 use crate::sampler::policy::{PolicyError, PolicySet};
 use crate::sampler::{SamplerMetricFamilies, SamplerSettings, TailSampler};
@@ -89,6 +90,13 @@ pub struct DrainStages {
     pub traces_exporters: Vec<(ComponentId, TracesExporter)>,
     /// The metrics exporters, one per exporter id used in a metrics pipeline.
     pub metrics_exporters: Vec<(ComponentId, MetricsExporter)>,
+    /// Raised at the shutdown deadline: every stage stops waiting for room downstream and
+    /// counts what it gives up.
+    pub give_up: GiveUpSignal,
+    /// Spans the stages gave up at the deadline (exporters count their own).
+    pub lost_spans: LossCounter,
+    /// Metric points the stages gave up at the deadline (exporters count their own).
+    pub lost_points: LossCounter,
 }
 
 /// The running stages behind the receivers: processor tasks, connectors and exporters.
@@ -120,6 +128,10 @@ struct Builder<'c> {
     metrics_entries: BTreeMap<PipelineId, PipelineInput<MetricsBatch>>,
     traces_connectors: BTreeMap<ComponentId, Arc<dyn Consumer<TraceBatch>>>,
     metrics_connectors: BTreeMap<ComponentId, Arc<dyn Consumer<MetricsBatch>>>,
+    /// Given to every traces stage's output and to sinks into traces pipelines.
+    traces_give_up: GiveUp,
+    /// Given to every metrics stage's output and to sinks into metrics pipelines.
+    metrics_give_up: GiveUp,
     stages: DrainStages,
 }
 
@@ -141,6 +153,13 @@ pub fn build_pipelines(
 ) -> Result<Pipelines, BuildError> {
     let exporter_families = ExporterMetricFamilies::register(registry)?;
     let remote_write_families = RemoteWriteMetricFamilies::register(registry, &exporter_families)?;
+    let shutdown_loss = |family: prometheus::IntCounterVec| {
+        LossCounter::new(family.with_label_values(&[FailureReason::Shutdown.as_str()]))
+    };
+    let lost_spans = shutdown_loss(exporter_families.dropped_spans());
+    let lost_points = shutdown_loss(exporter_families.dropped_points());
+    let (give_up, traces_give_up) = GiveUp::new(lost_spans.clone());
+    let metrics_give_up = traces_give_up.for_losses(lost_points.clone());
     let mut builder = Builder {
         config,
         budget,
@@ -153,12 +172,17 @@ pub fn build_pipelines(
         metrics_entries: BTreeMap::new(),
         traces_connectors: BTreeMap::new(),
         metrics_connectors: BTreeMap::new(),
+        traces_give_up,
+        metrics_give_up,
         stages: DrainStages {
             traces_stages: Vec::new(),
             connector_tasks: Vec::new(),
             metrics_stages: Vec::new(),
             traces_exporters: Vec::new(),
             metrics_exporters: Vec::new(),
+            give_up,
+            lost_spans,
+            lost_points,
         },
     };
     for pipeline_id in downstream_first(config) {
@@ -264,7 +288,8 @@ impl Builder<'_> {
                     .collect();
                 Arc::new(ForwardConnector::new(
                     id.clone(),
-                    TracesSink::new(inputs, self.budget.clone()),
+                    TracesSink::new(inputs, self.budget.clone())
+                        .with_give_up(self.traces_give_up.clone()),
                 ))
             }
             ConnectorConfig::SpanMetrics(span_metrics) => {
@@ -277,7 +302,8 @@ impl Builder<'_> {
                     id,
                     span_metrics,
                     self.span_metrics_families.for_connector(id),
-                    MetricsSink::new(inputs, self.budget.clone()),
+                    MetricsSink::new(inputs, self.budget.clone())
+                        .with_give_up(self.metrics_give_up.clone()),
                 );
                 self.stages
                     .connector_tasks
@@ -304,7 +330,8 @@ impl Builder<'_> {
             .collect();
         let consumer: Arc<dyn Consumer<MetricsBatch>> = Arc::new(ForwardConnector::new(
             id.clone(),
-            MetricsSink::new(inputs, self.budget.clone()),
+            MetricsSink::new(inputs, self.budget.clone())
+                .with_give_up(self.metrics_give_up.clone()),
         ));
         self.metrics_connectors.insert(id.clone(), consumer.clone());
         Some(consumer)
@@ -405,7 +432,9 @@ impl Builder<'_> {
         }
 
         // Wire the processors back to front, so each knows where its output goes.
-        let mut downstream = Downstream::Exporters(ExporterFanout::new(fanout));
+        let give_up = self.traces_give_up.clone();
+        let mut downstream =
+            Downstream::exporters(ExporterFanout::new(fanout)).with_give_up(give_up.clone());
         let mut sampler_entry = None;
         for (position, id) in pipeline.processors.iter().enumerate().rev() {
             match config.processors.get(id) {
@@ -419,7 +448,7 @@ impl Builder<'_> {
                     self.stages
                         .traces_stages
                         .push(tokio::spawn(batcher.run(receiver, downstream)));
-                    downstream = Downstream::Stage(sender);
+                    downstream = Downstream::stage(sender).with_give_up(give_up.clone());
                 }
                 // Admission at the receivers enforces the memory limit, before decoding.
                 Some(ProcessorConfig::MemoryLimiter(_)) | None => {}
@@ -461,16 +490,17 @@ impl Builder<'_> {
                 }
             }
         }
-        let entry = match (sampler_entry, downstream) {
+        let entry = match (sampler_entry, downstream.target()) {
             (Some(ingest), _) => PipelineInput::Direct {
                 id: pipeline_id.clone(),
                 entry: Arc::new(ingest),
             },
-            (None, Downstream::Stage(sender)) => PipelineInput::Queue {
+            (None, Target::Stage(sender)) => PipelineInput::Queue {
                 id: pipeline_id.clone(),
-                sender,
+                sender: sender.clone(),
             },
-            (None, exporters_only @ Downstream::Exporters(_)) => {
+            (None, Target::Exporters(_)) => {
+                let exporters_only = downstream;
                 let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
                 self.stages
                     .traces_stages
@@ -501,7 +531,9 @@ impl Builder<'_> {
                 fanout.push((id.clone(), Arc::new(exporter)));
             }
         }
-        let mut downstream = Downstream::Exporters(ExporterFanout::new(fanout));
+        let give_up = self.metrics_give_up.clone();
+        let mut downstream =
+            Downstream::exporters(ExporterFanout::new(fanout)).with_give_up(give_up.clone());
         for id in pipeline.processors.iter().rev() {
             // Validation allows only `batch` in metrics pipelines.
             if let Some(ProcessorConfig::Batch(batch)) = config.processors.get(id) {
@@ -514,12 +546,13 @@ impl Builder<'_> {
                 self.stages
                     .metrics_stages
                     .push(tokio::spawn(batcher.run(receiver, downstream)));
-                downstream = Downstream::Stage(sender);
+                downstream = Downstream::stage(sender).with_give_up(give_up.clone());
             }
         }
-        let sender = match downstream {
-            Downstream::Stage(sender) => sender,
-            exporters_only @ Downstream::Exporters(_) => {
+        let sender = match downstream.target() {
+            Target::Stage(sender) => sender.clone(),
+            Target::Exporters(_) => {
+                let exporters_only = downstream;
                 let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
                 self.stages
                     .metrics_stages
@@ -539,15 +572,13 @@ impl Builder<'_> {
 }
 
 /// The stage of a pipeline without processors: passes each request to the exporters,
-/// waiting for room in their queues.
+/// waiting for room in their queues. It runs until its input closes, so that what is
+/// still queued after the shutdown gave up is handed on (and counted as lost by the
+/// output) rather than dropped with the queue.
 async fn forward<P: Payload>(mut input: mpsc::Receiver<P>, output: Downstream<P>) {
     while let Some(batch) = input.recv().await {
         if let Err(lost) = output.send(batch).await {
-            tracing::error!(
-                event = "pipeline.downstream_closed",
-                items = lost.item_count()
-            );
-            break;
+            tracing::debug!(event = "pipeline.undelivered", items = lost.items);
         }
     }
 }

@@ -74,7 +74,7 @@ impl Harness {
         let metrics = SamplerMetrics::unregistered(policies.names());
         let (ingest, closed) = TailSampler::start(settings, policies, metrics, budget, 4);
         let (tx, output) = mpsc::channel(1024);
-        let task = tokio::spawn(ingest.sampler().clone().run(closed, Downstream::Stage(tx)));
+        let task = tokio::spawn(ingest.sampler().clone().run(closed, Downstream::stage(tx)));
         Self {
             ingest: Some(ingest),
             output,
