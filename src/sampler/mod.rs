@@ -201,12 +201,14 @@ impl std::fmt::Debug for SamplerIngest {
 }
 
 impl SamplerIngest {
-    /// Checks that the buffer can take more traces.
+    /// Checks that the buffer can take more traces, and the outbox more late spans.
     ///
     /// # Errors
     ///
-    /// [`PipelineError::Overloaded`] at `num_traces` with `block_on_overflow`, or when
-    /// early decisions have fallen far behind.
+    /// [`PipelineError::Overloaded`] at `num_traces` with `block_on_overflow`, when
+    /// early decisions have fallen far behind, or while late spans of kept traces wait for
+    /// room downstream and the memory budget is at its soft limit (without a memory
+    /// limit: while `num_traces` of them wait).
     pub fn check_room(&self) -> Result<(), PipelineError> {
         self.sampler.check_room()
     }
@@ -327,8 +329,8 @@ impl TailSampler {
     /// True when late spans may not be added: the memory budget is at its soft limit, the
     /// rule for everything it holds (the limiter refuses at the same line). Without a
     /// memory limit, the outbox is bounded in count instead, like the buffer: at most
-    /// `num_traces` late spans. A request admitted just below the bound may pass it by
-    /// its own late spans; the next one is refused.
+    /// `num_traces` late spans. Requests admitted just below the bound (one per receiver
+    /// task at most) may pass it by their own late spans; the next ones are refused.
     fn late_spans_at_bound(&self) -> bool {
         if self.budget.soft_limit() == usize::MAX {
             self.late_spans_held() >= self.settings.num_traces
