@@ -243,3 +243,30 @@ async fn deadline_too_short_counts_across_a_connector() {
     assert!(config.contains("traces/out"), "{config}");
     deadline_identity(config).await;
 }
+
+/// Scenario: as above, with a tail sampler keeping every trace first in the pipeline
+/// (`tail_sampling -> batch -> otlp`), so spans are held in its buffer, its late-span
+/// outbox and its pending output when the deadline passes.
+/// Guarantees: dropped equals accepted minus delivered exactly: the sampler's decided
+/// output is counted when it is given up, nothing vanishes with the sampler's task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_too_short_counts_what_the_sampler_held() {
+    let config = support::gateway_config_with(
+        "otlp/sink",
+        "SINK",
+        "    sending_queue:\n      queue_size: 1\n      num_consumers: 1\n",
+    )
+    .replace(
+        "processors:\n  batch:",
+        "processors:
+  tail_sampling:
+    decision_wait: 100ms
+    policies:
+      - {name: all, type: always_sample}
+  batch:",
+    )
+    .replace("send_batch_size: 512", "send_batch_size: 100")
+    .replace("processors: [batch]", "processors: [tail_sampling, batch]");
+    assert!(config.contains("[tail_sampling, batch]"), "{config}");
+    deadline_identity(config).await;
+}

@@ -5,6 +5,7 @@ mod bad_input;
 mod cli;
 mod disk_queue;
 mod export_retry;
+mod late_spans;
 mod metrics_e2e;
 mod outage;
 mod overload;

@@ -70,6 +70,8 @@ pub struct SamplerMetricFamilies {
     decision_timer_latency: HistogramVec,
     bytes_held: IntGaugeVec,
     spans_held: IntGaugeVec,
+    late_bytes_held: IntGaugeVec,
+    late_spans_held: IntGaugeVec,
     early_decisions: IntCounterVec,
     decision_delay: HistogramVec,
     spans: IntCounterVec,
@@ -147,14 +149,33 @@ impl SamplerMetricFamilies {
             bytes_held: IntGaugeVec::new(
                 Opts::new(
                     "tailgate_sampler_bytes_held",
-                    "Bytes held by the trace buffer: span bytes, resources, scopes and index.",
+                    "Bytes held by the sampler: pending traces (span bytes, resources, \
+                     scopes and index) and late spans of kept traces waiting for room \
+                     downstream.",
                 ),
                 &["processor"],
             )?,
             spans_held: IntGaugeVec::new(
                 Opts::new(
                     "tailgate_sampler_spans_held",
-                    "Spans held awaiting a decision.",
+                    "Spans held by the sampler: awaiting a decision, or late spans of kept \
+                     traces waiting for room downstream.",
+                ),
+                &["processor"],
+            )?,
+            late_bytes_held: IntGaugeVec::new(
+                Opts::new(
+                    "tailgate_sampler_late_bytes_held",
+                    "Bytes of late spans of kept traces waiting for room downstream (part of \
+                     tailgate_sampler_bytes_held), charged to the memory budget.",
+                ),
+                &["processor"],
+            )?,
+            late_spans_held: IntGaugeVec::new(
+                Opts::new(
+                    "tailgate_sampler_late_spans_held",
+                    "Late spans of kept traces waiting for room downstream (part of \
+                     tailgate_sampler_spans_held).",
                 ),
                 &["processor"],
             )?,
@@ -189,6 +210,8 @@ impl SamplerMetricFamilies {
         registry.register(Box::new(families.decision_timer_latency.clone()))?;
         registry.register(Box::new(families.bytes_held.clone()))?;
         registry.register(Box::new(families.spans_held.clone()))?;
+        registry.register(Box::new(families.late_bytes_held.clone()))?;
+        registry.register(Box::new(families.late_spans_held.clone()))?;
         registry.register(Box::new(families.early_decisions.clone()))?;
         registry.register(Box::new(families.decision_delay.clone()))?;
         registry.register(Box::new(families.spans.clone()))?;
@@ -239,6 +262,8 @@ impl SamplerMetricFamilies {
             decision_timer_latency: self.decision_timer_latency.with_label_values(&[processor]),
             bytes_held: self.bytes_held.with_label_values(&[processor]),
             spans_held: self.spans_held.with_label_values(&[processor]),
+            late_bytes_held: self.late_bytes_held.with_label_values(&[processor]),
+            late_spans_held: self.late_spans_held.with_label_values(&[processor]),
             early: [
                 early(EarlyReason::NumTraces),
                 early(EarlyReason::MemoryPressure),
@@ -271,6 +296,8 @@ pub struct SamplerMetrics {
     pub(super) decision_timer_latency: Histogram,
     pub(super) bytes_held: IntGauge,
     pub(super) spans_held: IntGauge,
+    pub(super) late_bytes_held: IntGauge,
+    pub(super) late_spans_held: IntGauge,
     early: [IntCounter; 3],
     pub(super) decision_delay: Histogram,
     spans: [IntCounter; 4],

@@ -23,8 +23,17 @@
 //! # Late spans
 //!
 //! A span whose trace was already decided follows the decision, for as long as the
-//! decision caches remember it: kept traces' spans pass on at once (carrying the trace's
-//! threshold), not-kept traces' spans are dropped and counted.
+//! decision caches remember it: not-kept traces' spans are dropped and counted; kept
+//! traces' spans pass on (carrying the trace's threshold) through the outbox.
+//!
+//! The late spans of one request are framed into a request of their own on the receiver's
+//! task: their bytes are copied once, into an allocation of exactly that size, so the
+//! request they came in is freed at once; that copy is charged to the memory budget until
+//! downstream is done with it, like every batch the sampler passes on. The decision task
+//! sends what waits in the outbox before each batch of decided traces and whenever it is
+//! woken, so late spans wait for room downstream, never for a round of decisions. While
+//! late spans wait and the budget is at its soft limit (without a memory limit: while
+//! `num_traces` late spans wait), intake is refused retryably rather than the outbox grown.
 //!
 //! # Concurrency
 //!
@@ -45,13 +54,14 @@ mod tests;
 
 pub use metrics::{EarlyReason, SamplerMetricFamilies, SamplerMetrics, SpanOutcome};
 
+use std::collections::VecDeque;
 use std::collections::hash_map::Entry;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
@@ -134,18 +144,28 @@ pub struct TailSampler {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     traces_held: AtomicUsize,
-    spans_held: AtomicUsize,
-    bytes_held: AtomicUsize,
-    outbox: Mutex<Vec<LateSpan>>,
+    /// Spans of pending traces.
+    pending_spans: AtomicUsize,
+    /// Bytes charged for pending traces.
+    pending_bytes: AtomicUsize,
+    /// Late spans of kept traces, one framed and charged request per ingested request, in
+    /// arrival order, waiting for room downstream.
+    outbox: Mutex<VecDeque<TraceBatch>>,
+    /// Late spans held: in the outbox, or on their way out of it until downstream took
+    /// them.
+    late_spans: AtomicUsize,
+    /// Encoded bytes of those late spans' requests (what their charges hold).
+    late_bytes: AtomicUsize,
     wake: Notify,
     metrics: SamplerMetrics,
     budget: Arc<MemoryBudget>,
 }
 
-/// A late span of a kept trace, waiting to be passed on.
-struct LateSpan {
-    origin: Arc<Origin>,
-    span: Bytes,
+/// A late span of a kept trace, found while a request is ingested.
+struct LateSpan<'a> {
+    /// Index of its `ScopeSpans` in the request's origins.
+    origin: usize,
+    span: &'a SpanView,
     kept: KeptDecision,
 }
 
@@ -182,12 +202,14 @@ impl std::fmt::Debug for SamplerIngest {
 }
 
 impl SamplerIngest {
-    /// Checks that the buffer can take more traces.
+    /// Checks that the buffer can take more traces, and the outbox more late spans.
     ///
     /// # Errors
     ///
-    /// [`PipelineError::Overloaded`] at `num_traces` with `block_on_overflow`, or when
-    /// early decisions have fallen far behind.
+    /// [`PipelineError::Overloaded`] at `num_traces` with `block_on_overflow`, when
+    /// early decisions have fallen far behind, or while late spans of kept traces wait for
+    /// room downstream and the memory budget is at its soft limit (without a memory
+    /// limit: while `num_traces` of them wait).
     pub fn check_room(&self) -> Result<(), PipelineError> {
         self.sampler.check_room()
     }
@@ -238,9 +260,11 @@ impl TailSampler {
             shards,
             hasher: RandomState::new(),
             traces_held: AtomicUsize::new(0),
-            spans_held: AtomicUsize::new(0),
-            bytes_held: AtomicUsize::new(0),
-            outbox: Mutex::new(Vec::new()),
+            pending_spans: AtomicUsize::new(0),
+            pending_bytes: AtomicUsize::new(0),
+            outbox: Mutex::new(VecDeque::new()),
+            late_spans: AtomicUsize::new(0),
+            late_bytes: AtomicUsize::new(0),
             wake: Notify::new(),
             metrics,
             budget,
@@ -260,9 +284,26 @@ impl TailSampler {
         self.traces_held.load(Ordering::Relaxed)
     }
 
-    /// Bytes currently held by pending traces.
+    /// Bytes currently held by the sampler: charged for pending traces, plus the requests
+    /// of late spans waiting for room downstream ([`late_bytes_held`](Self::late_bytes_held)).
     pub fn bytes_held(&self) -> usize {
-        self.bytes_held.load(Ordering::Relaxed)
+        self.pending_bytes() + self.late_bytes_held()
+    }
+
+    /// Bytes charged for pending traces.
+    fn pending_bytes(&self) -> usize {
+        self.pending_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Late spans of kept traces held until downstream takes them.
+    pub fn late_spans_held(&self) -> usize {
+        self.late_spans.load(Ordering::Relaxed)
+    }
+
+    /// Encoded bytes of the late spans' requests held until downstream takes them: exactly
+    /// what their charges hold in the memory budget.
+    pub fn late_bytes_held(&self) -> usize {
+        self.late_bytes.load(Ordering::Relaxed)
     }
 
     fn check_room(&self) -> Result<(), PipelineError> {
@@ -272,14 +313,31 @@ impl TailSampler {
         } else {
             held >= self.settings.hard_trace_limit()
         };
-        if full {
-            self.wake.notify_one();
-            return Err(PipelineError::Overloaded {
-                reason: "tail sampling buffer full",
-                retry_after: Duration::from_secs(1),
-            });
+        let reason = if full {
+            "tail sampling buffer full"
+        } else if self.late_spans_held() > 0 && self.late_spans_at_bound() {
+            "late spans of kept traces wait for room downstream"
+        } else {
+            return Ok(());
+        };
+        self.wake.notify_one();
+        Err(PipelineError::Overloaded {
+            reason,
+            retry_after: Duration::from_secs(1),
+        })
+    }
+
+    /// True when late spans may not be added: the memory budget is at its soft limit, the
+    /// rule for everything it holds (the limiter refuses at the same line). Without a
+    /// memory limit, the outbox is bounded in count instead, like the buffer: at most
+    /// `num_traces` late spans. Requests admitted just below the bound (one per receiver
+    /// task at most) may pass it by their own late spans; the next ones are refused.
+    fn late_spans_at_bound(&self) -> bool {
+        if self.budget.soft_limit() == usize::MAX {
+            self.late_spans_held() >= self.settings.num_traces
+        } else {
+            self.budget.used() >= self.budget.soft_limit()
         }
-        Ok(())
     }
 
     fn shard_of(&self, trace_id: &TraceId) -> usize {
@@ -314,7 +372,9 @@ impl TailSampler {
         let now = Instant::now();
 
         // One origin per ScopeSpans (its resource copied once per ResourceSpans), shared
-        // by the traces of this request: the request buffer itself is not retained.
+        // by the traces of this request. Pending traces copy their spans into their arenas
+        // and late spans are framed into a request of their own, so nothing held after this
+        // call points into the request buffer.
         let mut matches = Vec::with_capacity(resources.len());
         let mut origins = Vec::with_capacity(resources.iter().map(|r| r.scope_spans.len()).sum());
         let mut spans = Vec::with_capacity(
@@ -374,10 +434,13 @@ impl TailSampler {
             }
         }
         if !late.is_empty() {
-            self.outbox
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .extend(late);
+            // Framed outside the shard locks: it copies bytes and may rewrite spans.
+            let batch = self.frame_late(&origins, late);
+            self.late_spans
+                .fetch_add(batch.span_count, Ordering::Relaxed);
+            self.late_bytes
+                .fetch_add(batch.byte_len(), Ordering::Relaxed);
+            self.lock_outbox().push_back(batch);
             wake = true;
         }
         let over =
@@ -395,14 +458,14 @@ impl TailSampler {
     /// the same trace id) into its shard, one span after the other. Returns true when the
     /// decision task should wake (a deadline moved earlier than it may be sleeping for,
     /// or a late span of a kept trace waits in `late`).
-    fn ingest_trace(
+    fn ingest_trace<'a>(
         &self,
         shard: &mut Shard,
         now: Instant,
         matches: &[policy::ResourceMatches],
         origins: &[Arc<Origin>],
-        spans: &[Arrival<'_>],
-        late: &mut Vec<LateSpan>,
+        spans: &[Arrival<'a>],
+        late: &mut Vec<LateSpan<'a>>,
     ) -> bool {
         let Some(first) = spans.first() else {
             return false;
@@ -417,8 +480,8 @@ impl TailSampler {
                         for arrival in spans {
                             self.metrics.record_late(true, 1, Some(age));
                             late.push(LateSpan {
-                                origin: origins[arrival.origin].clone(),
-                                span: arrival.span.bytes.clone(),
+                                origin: arrival.origin,
+                                span: arrival.span,
                                 kept,
                             });
                         }
@@ -479,8 +542,8 @@ impl TailSampler {
         entry.charged = footprint;
         shard.bytes += grown;
         shard.spans += spans.len();
-        self.spans_held.fetch_add(spans.len(), Ordering::Relaxed);
-        self.bytes_held.fetch_add(grown, Ordering::Relaxed);
+        self.pending_spans.fetch_add(spans.len(), Ordering::Relaxed);
+        self.pending_bytes.fetch_add(grown, Ordering::Relaxed);
         self.budget.charge(grown);
         match earlier {
             Some(due) => {
@@ -494,21 +557,30 @@ impl TailSampler {
     /// Uncounts a trace that left the buffer.
     fn release(&self, trace: &PendingTrace) {
         self.traces_held.fetch_sub(1, Ordering::Relaxed);
-        self.spans_held
+        self.pending_spans
             .fetch_sub(trace.spans.len(), Ordering::Relaxed);
-        self.bytes_held.fetch_sub(trace.charged, Ordering::Relaxed);
+        self.pending_bytes
+            .fetch_sub(trace.charged, Ordering::Relaxed);
         self.budget.release(trace.charged);
     }
 
-    /// Spans currently held by pending traces.
+    /// Spans currently held by the sampler: in pending traces, plus the late spans waiting
+    /// for room downstream ([`late_spans_held`](Self::late_spans_held)). What is held when
+    /// the decision task is stopped before it finished is lost: this is its count.
     pub fn spans_held(&self) -> usize {
-        self.spans_held.load(Ordering::Relaxed)
+        self.pending_spans.load(Ordering::Relaxed) + self.late_spans_held()
     }
 
     fn publish_gauges(&self) {
         self.metrics.traces_on_memory.set(self.traces_held() as i64);
         self.metrics.bytes_held.set(self.bytes_held() as i64);
         self.metrics.spans_held.set(self.spans_held() as i64);
+        self.metrics
+            .late_bytes_held
+            .set(self.late_bytes_held() as i64);
+        self.metrics
+            .late_spans_held
+            .set(self.late_spans_held() as i64);
     }
 
     /// How many of the oldest traces must be decided before their deadline, and why:
@@ -522,9 +594,10 @@ impl TailSampler {
         } else {
             held.saturating_sub(self.settings.num_traces)
         };
-        let excess_bytes = self.budget.excess().min(self.bytes_held());
+        // Only pending traces can be decided early: late spans already are.
+        let excess_bytes = self.budget.excess().min(self.pending_bytes());
         let for_memory = if excess_bytes > 0 && held > 0 {
-            let average = (self.bytes_held() / held).max(1);
+            let average = (self.pending_bytes() / held).max(1);
             excess_bytes.div_ceil(average).min(held)
         } else {
             0
@@ -565,7 +638,14 @@ impl TailSampler {
 
     /// Makes decisions until every [`SamplerIngest`] handle is dropped, then decides (or,
     /// with `drop_pending_traces_on_shutdown`, drops and counts) what is left, passes the
-    /// kept traces to `output`, and returns.
+    /// kept traces and every late span still held to `output`, and returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: what the sampler holds when the future is dropped is lost.
+    /// [`spans_held`](Self::spans_held) then counts the pending and late spans among it
+    /// (not a batch of decided traces that was being passed on: those spans are already
+    /// counted as sampled).
     pub async fn run(self: Arc<Self>, mut intake_closed: mpsc::Receiver<()>, output: Downstream) {
         let mut open = true;
         while open {
@@ -598,6 +678,10 @@ impl TailSampler {
 
     /// Decides every due trace (every trace, with `force`), plus the oldest ones while
     /// more than `num_traces` are held, and passes the kept ones and any late spans on.
+    ///
+    /// Late spans leave before each batch of decided traces ([`send`](Self::send)) and
+    /// once more at the end, so a late span waits for room downstream, not for the round:
+    /// it may therefore leave before the batch of a trace decided in the same round.
     async fn decide_round(&self, force: bool, output: &Downstream) {
         let started = Instant::now();
         let mut writer = TraceRequestWriter::new();
@@ -642,8 +726,9 @@ impl TailSampler {
                 break;
             }
         }
-        self.write_late_spans(&mut writer);
         self.send(output, writer).await;
+        // Late spans that arrived while the last batch waited for room.
+        self.flush_outbox(output).await;
         self.metrics
             .decision_timer_latency
             .observe(started.elapsed().as_secs_f64() * 1000.0);
@@ -748,32 +833,109 @@ impl TailSampler {
         }
     }
 
-    fn write_late_spans(&self, writer: &mut TraceRequestWriter) {
-        let late = std::mem::take(
-            &mut *self
-                .outbox
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-        );
+    /// Frames the late spans of one request (`late`, under `origins`) into a request of
+    /// their own, charged to the budget: the one copy of their bytes, into an allocation
+    /// of exactly the framed size, so the request they arrived in is not retained.
+    fn frame_late(&self, origins: &[Arc<Origin>], mut late: Vec<LateSpan<'_>>) -> TraceBatch {
+        // Spans of one origin and deciding policy share their wrappers when adjacent; the
+        // stable sort keeps each trace's spans in arrival order within them.
+        late.sort_by_key(|span| (span.origin, span.kept.policy));
+        let mut writer = TraceRequestWriter::new();
+        let mut scope: Option<(usize, usize, Bytes)> = None;
         for span in late {
-            let scope = self.output_scope(&span.origin, span.kept);
-            let bytes = output_span(span.span, span.kept.threshold);
+            let origin = &origins[span.origin];
+            let output_scope = match &scope {
+                Some((at, policy, written))
+                    if *at == span.origin && *policy == span.kept.policy =>
+                {
+                    written.clone()
+                }
+                _ => {
+                    let written = self.output_scope(origin, span.kept);
+                    scope = Some((span.origin, span.kept.policy, written.clone()));
+                    written
+                }
+            };
+            let bytes = output_span(span.span.bytes.clone(), span.kept.threshold);
             writer.push(
-                &span.origin.resource,
-                &span.origin.resource_schema_url,
-                &scope,
-                &span.origin.scope_schema_url,
+                &origin.resource,
+                &origin.resource_schema_url,
+                &output_scope,
+                &origin.scope_schema_url,
                 &bytes,
             );
         }
+        TraceBatch::from(writer.finish()).charged(&self.budget)
     }
 
-    /// Passes the kept spans in `writer` on, charged to the budget while they travel.
+    fn lock_outbox(&self) -> MutexGuard<'_, VecDeque<TraceBatch>> {
+        // Every mutation is a whole push or pop, so a panic cannot leave it inconsistent.
+        self.outbox
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sends every late span in the outbox on, oldest first, waiting for room downstream.
+    /// They count as held until downstream has taken them.
+    async fn flush_outbox(&self, output: &Downstream) {
+        while let Some((batch, held)) = self.next_late_request() {
+            let spans = batch.span_count;
+            self.pass_on(output, batch).await;
+            self.late_spans.fetch_sub(spans, Ordering::Relaxed);
+            self.late_bytes.fetch_sub(held, Ordering::Relaxed);
+            self.publish_gauges();
+        }
+    }
+
+    /// Takes the oldest requests of late spans out of the outbox, as one request of at
+    /// most about [`OUTPUT_REQUEST_BYTES`] (requests queued behind a slow downstream are
+    /// joined, as decided traces are), with the late bytes it accounts for.
+    fn next_late_request(&self) -> Option<(TraceBatch, usize)> {
+        let mut outbox = self.lock_outbox();
+        let first = outbox.pop_front()?;
+        let mut len = first.byte_len();
+        let mut parts = Vec::new();
+        while let Some(next) = outbox.front() {
+            if len + next.byte_len() > OUTPUT_REQUEST_BYTES {
+                break;
+            }
+            len += next.byte_len();
+            parts.extend(outbox.pop_front());
+        }
+        drop(outbox);
+        if parts.is_empty() {
+            return Some((first, len));
+        }
+        // Concatenated requests are one request. The joined copy is charged before the
+        // parts' charges are released with them.
+        let mut joined = BytesMut::with_capacity(len);
+        let mut spans = first.span_count;
+        joined.extend_from_slice(&first.request);
+        for part in &parts {
+            joined.extend_from_slice(&part.request);
+            spans += part.span_count;
+        }
+        Some((
+            TraceBatch::new(joined.freeze(), spans).charged(&self.budget),
+            len,
+        ))
+    }
+
+    /// Passes the kept spans in `writer` on, charged to the budget while they travel,
+    /// after the late spans waiting in the outbox.
     async fn send(&self, output: &Downstream, writer: TraceRequestWriter) {
+        self.flush_outbox(output).await;
         if writer.is_empty() {
             return;
         }
-        let batch = TraceBatch::from(writer.finish()).charged(&self.budget);
+        self.pass_on(
+            output,
+            TraceBatch::from(writer.finish()).charged(&self.budget),
+        )
+        .await;
+    }
+
+    async fn pass_on(&self, output: &Downstream, batch: TraceBatch) {
         if let Err(lost) = output.send(batch).await {
             // Counted by the output; only the shutdown deadline leads here.
             tracing::debug!(event = "sampler.undelivered", spans = lost.items);

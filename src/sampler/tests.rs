@@ -70,10 +70,21 @@ impl Harness {
         percent: f64,
         budget: Arc<MemoryBudget>,
     ) -> Self {
+        Self::start_with_output(settings, percent, budget, 1024)
+    }
+
+    /// A sampler whose downstream holds `capacity` batches until the test reads them: with
+    /// a small capacity and nothing read, downstream is blocked.
+    fn start_with_output(
+        settings: SamplerSettings,
+        percent: f64,
+        budget: Arc<MemoryBudget>,
+        capacity: usize,
+    ) -> Self {
         let policies = seed_policies(percent);
         let metrics = SamplerMetrics::unregistered(policies.names());
         let (ingest, closed) = TailSampler::start(settings, policies, metrics, budget, 4);
-        let (tx, output) = mpsc::channel(1024);
+        let (tx, output) = mpsc::channel(capacity);
         let task = tokio::spawn(ingest.sampler().clone().run(closed, Downstream::stage(tx)));
         Self {
             ingest: Some(ingest),
@@ -420,6 +431,207 @@ async fn late_spans_follow_cached_decisions() {
         0,
         "late spans are not buffered again"
     );
+}
+
+/// Spans `first..first + count` of trace `trace`, children of its span 1.
+fn children(trace: u128, first: u64, count: u64) -> Vec<TestSpan> {
+    (first..first + count)
+        .map(|id| span(trace, id, Some(1)))
+        .collect()
+}
+
+/// The encoded bytes of the spans in `batch`, wrappers not counted.
+fn span_bytes(batch: &TraceBatch) -> usize {
+    crate::otlp::parse_traces_request(&batch.request)
+        .expect("valid request")
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .map(|s| s.bytes.len())
+        .sum()
+}
+
+/// Reads `expected` spans from a sampler's output, dropping each batch once read (which
+/// releases its charge); fails if they do not come within a (paused-time) minute.
+async fn receive_spans(
+    output: &mut mpsc::Receiver<TraceBatch>,
+    expected: usize,
+) -> (Vec<OutSpan>, usize) {
+    let mut spans = Vec::new();
+    let mut batches = 0;
+    while spans.len() < expected {
+        let batch = tokio::time::timeout(Duration::from_secs(60), output.recv())
+            .await
+            .expect("every accepted span is passed on")
+            .expect("output open");
+        spans.extend(decode(&batch));
+        batches += 1;
+    }
+    (spans, batches)
+}
+
+/// Scenario: a kept trace's batch fills downstream's one slot and nobody reads it (a
+/// blocked exporter); requests of 50 late spans of that trace keep arriving, the memory
+/// budget's soft limit being 32 KiB; then downstream frees up.
+/// Guarantees: each request's late spans are copied out of it (the request buffer is not
+/// retained) and charged to the budget by exactly the copy's size, which covers at least
+/// their bytes; `spans_held` counts them; intake is admitted while the budget is below its
+/// soft limit and refused retryably (Overloaded) once it is at it, instead of the outbox
+/// growing; once downstream reads, every accepted late span leaves exactly once (the queued
+/// requests joined), nothing stays held and the budget returns to zero.
+#[tokio::test(start_paused = true)]
+async fn late_spans_are_charged_bounded_and_all_delivered() {
+    const SOFT: usize = 32 << 10;
+    let budget = MemoryBudget::new(4 * SOFT, SOFT);
+    let mut h = Harness::start_with_output(settings(), 100.0, budget.clone(), 1);
+    let trace = trace_with_randomness(10, KEPT_AT_10);
+    h.send(vec![span(trace, 1, None)]);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(h.sampler().traces_held(), 0, "decided");
+    assert!(
+        budget.used() > 0,
+        "the decided batch is charged while downstream holds it"
+    );
+
+    let ingest = h.ingest.clone().expect("running");
+    let mut accepted = Vec::new();
+    let mut requests = 0;
+    let mut refusal = None;
+    for round in 0..200u64 {
+        let used = budget.used();
+        if let Err(error) = ingest.check_room() {
+            refusal = Some((error, used));
+            break;
+        }
+        assert!(used < SOFT, "admitted below the soft limit only: {used}");
+        let first = 2 + round * 50;
+        let batch = request(&children(trace, first, 50));
+        let late_bytes = h.sampler().late_bytes_held();
+        ingest.ingest(&batch).expect("valid request");
+        // The decision task takes the first late request and waits for room with it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            batch.request.is_unique(),
+            "nothing held points into the request buffer"
+        );
+        let charged = budget.used() - used;
+        assert!(
+            charged >= span_bytes(&batch),
+            "the late spans' bytes are charged: {charged}"
+        );
+        assert_eq!(
+            charged,
+            h.sampler().late_bytes_held() - late_bytes,
+            "the charge is the size of the copy held"
+        );
+        accepted.extend(first..first + 50);
+        requests += 1;
+        assert_eq!(h.sampler().late_spans_held(), accepted.len());
+        assert_eq!(h.sampler().spans_held(), accepted.len());
+        assert_eq!(
+            h.sampler().traces_held(),
+            0,
+            "late spans are not buffered again"
+        );
+    }
+    let (error, used) = refusal.expect("intake refused before 200 requests");
+    assert!(
+        matches!(error, PipelineError::Overloaded { .. }) && error.is_retryable(),
+        "{error}"
+    );
+    assert!(used >= SOFT, "refused at the soft limit: {used}");
+    assert!(
+        used < SOFT + 4096,
+        "the outbox passes its bound by at most one request: {used}"
+    );
+    assert!(ingest.check_room().is_err(), "still refused while blocked");
+    assert!(
+        accepted.len() >= 500,
+        "the budget held {} late spans",
+        accepted.len()
+    );
+
+    let (out, batches) = receive_spans(&mut h.output, 1 + accepted.len()).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let mut ids: Vec<u64> = out.iter().map(|s| s.span).collect();
+    ids.sort_unstable();
+    let mut want = accepted.clone();
+    want.push(1);
+    want.sort_unstable();
+    assert_eq!(ids, want, "every accepted span left, once");
+    assert!(out.iter().all(|s| s.trace == trace));
+    assert!(
+        batches < requests,
+        "queued late requests left joined: {batches}"
+    );
+    assert_eq!(h.sampler().late_spans_held(), 0);
+    assert_eq!(h.sampler().late_bytes_held(), 0);
+    assert_eq!(h.sampler().spans_held(), 0);
+    assert_eq!(budget.used(), 0, "every charge was released");
+    assert!(ingest.check_room().is_ok(), "room again");
+}
+
+/// Scenario: without a memory limit, num_traces is 30, downstream is blocked, and late
+/// spans of a kept trace arrive 20 per request.
+/// Guarantees: the outbox is bounded in count instead: intake is refused retryably once 30
+/// late spans wait, and admitted again after they have left.
+#[tokio::test(start_paused = true)]
+async fn late_spans_are_bounded_without_a_memory_limit() {
+    let mut config = settings();
+    config.num_traces = 30;
+    let mut h = Harness::start_with_output(config, 100.0, MemoryBudget::unlimited(), 1);
+    let trace = trace_with_randomness(11, KEPT_AT_10);
+    h.send(vec![span(trace, 1, None)]);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    h.send(children(trace, 2, 20));
+    h.send(children(trace, 22, 20));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(h.sampler().late_spans_held(), 40);
+    let ingest = h.ingest.clone().expect("running");
+    let refused = ingest.check_room().expect_err("30 late spans wait");
+    assert!(refused.is_retryable());
+    let (out, _) = receive_spans(&mut h.output, 41).await;
+    assert_eq!(out.len(), 41);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(h.sampler().late_spans_held(), 0);
+    assert!(ingest.check_room().is_ok());
+}
+
+/// Scenario: with drop_pending_traces_on_shutdown, intake closes while 20 late spans of a
+/// kept trace wait behind a blocked downstream and one new trace is pending.
+/// Guarantees: `spans_held` counts the late spans until they leave; at shutdown they are
+/// sent on (they belong to a kept trace), the pending trace is dropped, and nothing stays
+/// held.
+#[tokio::test(start_paused = true)]
+async fn shutdown_sends_the_late_spans_held() {
+    let mut config = settings();
+    config.drop_pending_traces_on_shutdown = true;
+    let mut h = Harness::start_with_output(config, 100.0, MemoryBudget::unlimited(), 1);
+    let kept = trace_with_randomness(12, KEPT_AT_10);
+    let pending = trace_with_randomness(13, KEPT_AT_10);
+    h.send(vec![span(kept, 1, None)]);
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let mut spans = children(kept, 2, 20);
+    spans.push(span(pending, 1, None));
+    h.send(spans);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let sampler = h.sampler().clone();
+    assert_eq!(sampler.late_spans_held(), 20);
+    assert_eq!(sampler.spans_held(), 21, "late and pending spans are held");
+
+    h.ingest = None;
+    let mut out = Vec::new();
+    while let Some(batch) = tokio::time::timeout(Duration::from_secs(60), h.output.recv())
+        .await
+        .expect("the decision task ends")
+    {
+        out.extend(decode(&batch));
+    }
+    (&mut h.task).await.expect("decision task");
+    assert_eq!(out.len(), 21, "the decided trace and its 20 late spans");
+    assert!(out.iter().all(|s| s.trace == kept));
+    assert_eq!(sampler.spans_held(), 0);
+    assert_eq!(sampler.late_spans_held(), 0);
 }
 
 /// Scenario: a trace grows past maximum_trace_size_bytes while others wait.
