@@ -2,9 +2,19 @@
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
-use super::SendTrigger;
 use crate::config::ComponentId;
 use crate::payload::Payload;
+
+/// Why a batch was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendTrigger {
+    /// `send_batch_size` was reached (or a maximum would have been exceeded).
+    Size,
+    /// `timeout` passed since the batch's first item.
+    Timeout,
+    /// The input closed (shutdown): the partial batch is flushed.
+    Shutdown,
+}
 
 /// The Collector's bucket bounds for `batch_send_size`.
 const SIZE_BUCKETS: &[f64] = &[

@@ -14,7 +14,7 @@
 
 mod metrics;
 
-pub use metrics::{BatchMetricFamilies, BatchMetrics};
+pub use metrics::{BatchMetricFamilies, BatchMetrics, SendTrigger};
 
 use std::sync::Arc;
 
@@ -25,17 +25,6 @@ use tokio::time::Instant;
 use crate::config::BatchConfig;
 use crate::limiter::MemoryBudget;
 use crate::payload::{Downstream, Payload, TraceBatch};
-
-/// Why a batch was sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SendTrigger {
-    /// `send_batch_size` was reached (or a maximum would have been exceeded).
-    Size,
-    /// `timeout` passed since the batch's first item.
-    Timeout,
-    /// The input closed (shutdown): the partial batch is flushed.
-    Shutdown,
-}
 
 /// One running `batch` processor, for traces (the default) or metrics.
 pub struct Batcher<P: Payload = TraceBatch> {

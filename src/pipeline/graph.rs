@@ -16,7 +16,6 @@ use prometheus::Registry;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::PIPELINE_INPUT_CAPACITY;
 use crate::batcher::{BatchMetricFamilies, Batcher};
 use crate::config::{
     ComponentId, Config, ConnectorConfig, ExporterConfig, ExtensionConfig, PipelineId,
@@ -30,11 +29,15 @@ use crate::exporter::{
 };
 use crate::limiter::MemoryBudget;
 use crate::payload::{
-    Consumer, Downstream, ExporterFanout, GiveUp, GiveUpSignal, LossCounter, MetricsBatch,
-    MetricsSink, Payload, PipelineInput, Target, TraceBatch, TracesSink,
+    Consumer, DirectEntry, Downstream, ExporterFanout, GiveUp, GiveUpSignal, LossCounter,
+    MetricsBatch, MetricsSink, Payload, PipelineInput, SharedConsumer, Sink, Target, TraceBatch,
+    TracesSink,
 };
 use crate::sampler::policy::{PolicyError, PolicySet};
 use crate::sampler::{SamplerMetricFamilies, SamplerSettings, TailSampler};
+
+/// How many requests a pipeline's input queue holds before receivers wait.
+pub const PIPELINE_INPUT_CAPACITY: usize = 64;
 
 /// Shards per tail sampler: enough that two cores rarely contend for one.
 const SAMPLER_SHARDS: usize = 16;
@@ -115,6 +118,50 @@ impl Pipelines {
     }
 }
 
+/// One signal's share of the build: each pipeline's entry, the connectors feeding this
+/// signal's pipelines, and the give-up view its stages use.
+struct SignalGraph<P: Payload> {
+    entries: BTreeMap<PipelineId, PipelineInput<P>>,
+    connectors: BTreeMap<ComponentId, SharedConsumer<P>>,
+    give_up: GiveUp,
+}
+
+impl<P: Payload> SignalGraph<P> {
+    fn new(give_up: GiveUp) -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            connectors: BTreeMap::new(),
+            give_up,
+        }
+    }
+
+    /// The sink of each receiver (not connector) listed by this signal's pipelines.
+    fn receiver_sinks(
+        &self,
+        config: &Config,
+        budget: &Arc<MemoryBudget>,
+    ) -> BTreeMap<ComponentId, Sink<P>> {
+        let mut inputs: BTreeMap<ComponentId, Vec<PipelineInput<P>>> = BTreeMap::new();
+        for (pipeline_id, pipeline) in &config.service.pipelines {
+            let Some(entry) = self.entries.get(pipeline_id) else {
+                continue;
+            };
+            for receiver in &pipeline.receivers {
+                if config.receivers.contains_key(receiver) {
+                    inputs
+                        .entry(receiver.clone())
+                        .or_default()
+                        .push(entry.clone());
+                }
+            }
+        }
+        inputs
+            .into_iter()
+            .map(|(id, inputs)| (id, Sink::new(inputs, budget.clone())))
+            .collect()
+    }
+}
+
 /// What the build accumulates.
 struct Builder<'c> {
     config: &'c Config,
@@ -124,14 +171,8 @@ struct Builder<'c> {
     batch_families: BatchMetricFamilies,
     sampler_families: SamplerMetricFamilies,
     span_metrics_families: SpanMetricsMetricFamilies,
-    traces_entries: BTreeMap<PipelineId, PipelineInput<TraceBatch>>,
-    metrics_entries: BTreeMap<PipelineId, PipelineInput<MetricsBatch>>,
-    traces_connectors: BTreeMap<ComponentId, Arc<dyn Consumer<TraceBatch>>>,
-    metrics_connectors: BTreeMap<ComponentId, Arc<dyn Consumer<MetricsBatch>>>,
-    /// Given to every traces stage's output and to sinks into traces pipelines.
-    traces_give_up: GiveUp,
-    /// Given to every metrics stage's output and to sinks into metrics pipelines.
-    metrics_give_up: GiveUp,
+    traces: SignalGraph<TraceBatch>,
+    metrics: SignalGraph<MetricsBatch>,
     stages: DrainStages,
 }
 
@@ -168,12 +209,8 @@ pub fn build_pipelines(
         batch_families: BatchMetricFamilies::register(registry)?,
         sampler_families: SamplerMetricFamilies::register(registry)?,
         span_metrics_families: SpanMetricsMetricFamilies::register(registry)?,
-        traces_entries: BTreeMap::new(),
-        metrics_entries: BTreeMap::new(),
-        traces_connectors: BTreeMap::new(),
-        metrics_connectors: BTreeMap::new(),
-        traces_give_up,
-        metrics_give_up,
+        traces: SignalGraph::new(traces_give_up),
+        metrics: SignalGraph::new(metrics_give_up),
         stages: DrainStages {
             traces_stages: Vec::new(),
             connector_tasks: Vec::new(),
@@ -187,43 +224,14 @@ pub fn build_pipelines(
     };
     for pipeline_id in downstream_first(config) {
         match pipeline_id.signal {
-            Signal::Traces => builder.traces_pipeline(pipeline_id)?,
-            Signal::Metrics => builder.metrics_pipeline(pipeline_id)?,
+            Signal::Traces => builder.pipeline::<TraceBatch>(pipeline_id)?,
+            Signal::Metrics => builder.pipeline::<MetricsBatch>(pipeline_id)?,
             Signal::Logs => {}
         }
     }
-
-    let mut traces_inputs: BTreeMap<ComponentId, Vec<PipelineInput<TraceBatch>>> = BTreeMap::new();
-    let mut metrics_inputs: BTreeMap<ComponentId, Vec<PipelineInput<MetricsBatch>>> =
-        BTreeMap::new();
-    for (pipeline_id, pipeline) in &config.service.pipelines {
-        for receiver in &pipeline.receivers {
-            if !config.receivers.contains_key(receiver) {
-                continue; // a connector: wired above
-            }
-            if let Some(entry) = builder.traces_entries.get(pipeline_id) {
-                traces_inputs
-                    .entry(receiver.clone())
-                    .or_default()
-                    .push(entry.clone());
-            }
-            if let Some(entry) = builder.metrics_entries.get(pipeline_id) {
-                metrics_inputs
-                    .entry(receiver.clone())
-                    .or_default()
-                    .push(entry.clone());
-            }
-        }
-    }
     Ok(Pipelines {
-        traces_sinks: traces_inputs
-            .into_iter()
-            .map(|(id, inputs)| (id, TracesSink::new(inputs, budget.clone())))
-            .collect(),
-        metrics_sinks: metrics_inputs
-            .into_iter()
-            .map(|(id, inputs)| (id, MetricsSink::new(inputs, budget.clone())))
-            .collect(),
+        traces_sinks: builder.traces.receiver_sinks(config, budget),
+        metrics_sinks: builder.metrics.receiver_sinks(config, budget),
         stages: builder.stages,
     })
 }
@@ -262,79 +270,201 @@ pub(super) fn downstream_first(config: &Config) -> Vec<&PipelineId> {
     order
 }
 
-impl Builder<'_> {
-    /// The pipelines that list connector `id` as a receiver and carry `signal`.
-    fn receiving(&self, id: &ComponentId, signal: Signal) -> Vec<&PipelineId> {
-        self.config
-            .service
-            .pipelines
-            .iter()
-            .filter(|(pid, p)| pid.signal == signal && p.receivers.contains(id))
-            .map(|(pid, _)| pid)
-            .collect()
+/// What differs between signals when wiring a pipeline: where their parts are kept, how
+/// their exporters and connectors start, and which processors may be directly fed.
+trait Wiring: Payload {
+    /// The exporter handle of this signal.
+    type Exporter: Consumer<Self> + Clone + 'static;
+
+    fn graph<'b>(builder: &'b mut Builder<'_>) -> &'b mut SignalGraph<Self>;
+
+    /// The processor tasks of this signal's pipelines, in the drain's grouping.
+    fn stage_tasks(stages: &mut DrainStages) -> &mut Vec<JoinHandle<()>>;
+
+    fn exporters(stages: &mut DrainStages) -> &mut Vec<(ComponentId, Self::Exporter)>;
+
+    fn start_exporter(
+        builder: &Builder<'_>,
+        id: &ComponentId,
+        config: &ExporterConfig,
+        storage: Option<&QueueStorage>,
+    ) -> Result<Self::Exporter, ExporterError>;
+
+    /// This signal's consumer of connector `id` (validation has checked the connector
+    /// may end a pipeline of this signal).
+    fn new_connector(
+        builder: &mut Builder<'_>,
+        id: &ComponentId,
+        connector: &ConnectorConfig,
+    ) -> Option<SharedConsumer<Self>>;
+
+    /// Starts a processor that takes its input directly rather than through a queue (a
+    /// tail sampler, first in a traces pipeline), sending to `downstream`.
+    fn direct_entry(
+        builder: &mut Builder<'_>,
+        id: &ComponentId,
+        processor: &ProcessorConfig,
+        downstream: &Downstream<Self>,
+    ) -> Result<Option<Arc<dyn DirectEntry<Self>>>, BuildError>;
+}
+
+impl Wiring for TraceBatch {
+    type Exporter = TracesExporter;
+
+    fn graph<'b>(builder: &'b mut Builder<'_>) -> &'b mut SignalGraph<Self> {
+        &mut builder.traces
     }
 
-    /// The traces-side consumer of connector `id`, created on first use.
-    fn traces_connector(&mut self, id: &ComponentId) -> Option<Arc<dyn Consumer<TraceBatch>>> {
-        if let Some(existing) = self.traces_connectors.get(id) {
-            return Some(existing.clone());
-        }
-        let consumer: Arc<dyn Consumer<TraceBatch>> = match self.config.connectors.get(id)? {
-            ConnectorConfig::Forward => {
-                let inputs = self
-                    .receiving(id, Signal::Traces)
-                    .into_iter()
-                    .filter_map(|pid| self.traces_entries.get(pid).cloned())
-                    .collect();
-                Arc::new(ForwardConnector::new(
-                    id.clone(),
-                    TracesSink::new(inputs, self.budget.clone())
-                        .with_give_up(self.traces_give_up.clone()),
-                ))
-            }
+    fn stage_tasks(stages: &mut DrainStages) -> &mut Vec<JoinHandle<()>> {
+        &mut stages.traces_stages
+    }
+
+    fn exporters(stages: &mut DrainStages) -> &mut Vec<(ComponentId, Self::Exporter)> {
+        &mut stages.traces_exporters
+    }
+
+    fn start_exporter(
+        builder: &Builder<'_>,
+        id: &ComponentId,
+        config: &ExporterConfig,
+        storage: Option<&QueueStorage>,
+    ) -> Result<Self::Exporter, ExporterError> {
+        let metrics = builder.exporter_families.for_exporter(id);
+        TracesExporter::start_with_storage(id, config, metrics, storage)
+    }
+
+    fn new_connector(
+        builder: &mut Builder<'_>,
+        id: &ComponentId,
+        connector: &ConnectorConfig,
+    ) -> Option<SharedConsumer<Self>> {
+        Some(match connector {
+            ConnectorConfig::Forward => Arc::new(ForwardConnector::new(
+                id.clone(),
+                builder.connector_sink::<TraceBatch>(id),
+            )),
             ConnectorConfig::SpanMetrics(span_metrics) => {
-                let inputs = self
-                    .receiving(id, Signal::Metrics)
-                    .into_iter()
-                    .filter_map(|pid| self.metrics_entries.get(pid).cloned())
-                    .collect();
                 let (connector, flusher) = SpanMetricsFlusher::start(
                     id,
                     span_metrics,
-                    self.span_metrics_families.for_connector(id),
-                    MetricsSink::new(inputs, self.budget.clone())
-                        .with_give_up(self.metrics_give_up.clone()),
+                    builder.span_metrics_families.for_connector(id),
+                    builder.connector_sink::<MetricsBatch>(id),
                 );
-                self.stages
+                builder
+                    .stages
                     .connector_tasks
                     .push(tokio::spawn(flusher.run()));
                 Arc::new(connector)
             }
-        };
-        self.traces_connectors.insert(id.clone(), consumer.clone());
-        Some(consumer)
+        })
     }
 
-    /// The metrics-side consumer of connector `id` (only `forward`), created on first use.
-    fn metrics_connector(&mut self, id: &ComponentId) -> Option<Arc<dyn Consumer<MetricsBatch>>> {
-        if let Some(existing) = self.metrics_connectors.get(id) {
-            return Some(existing.clone());
-        }
-        let ConnectorConfig::Forward = self.config.connectors.get(id)? else {
-            return None; // validation allows only forward here
+    fn direct_entry(
+        builder: &mut Builder<'_>,
+        id: &ComponentId,
+        processor: &ProcessorConfig,
+        downstream: &Downstream<Self>,
+    ) -> Result<Option<Arc<dyn DirectEntry<Self>>>, BuildError> {
+        let ProcessorConfig::TailSampling(tail_sampling) = processor else {
+            return Ok(None);
         };
-        let inputs = self
-            .receiving(id, Signal::Metrics)
-            .into_iter()
-            .filter_map(|pid| self.metrics_entries.get(pid).cloned())
+        let policies = PolicySet::compile(tail_sampling).map_err(|source| BuildError::Policy {
+            processor: id.clone(),
+            source,
+        })?;
+        let metrics = builder.sampler_families.for_processor(
+            id,
+            policies.names(),
+            &builder.exporter_families.dropped_spans(),
+        );
+        let (ingest, intake_closed) = TailSampler::start(
+            SamplerSettings::from(tail_sampling),
+            policies,
+            metrics,
+            builder.budget.clone(),
+            SAMPLER_SHARDS,
+        );
+        let sampler = ingest.sampler().clone();
+        builder
+            .stages
+            .traces_stages
+            .push(tokio::spawn(sampler.run(intake_closed, downstream.clone())));
+        Ok(Some(Arc::new(ingest)))
+    }
+}
+
+impl Wiring for MetricsBatch {
+    type Exporter = MetricsExporter;
+
+    fn graph<'b>(builder: &'b mut Builder<'_>) -> &'b mut SignalGraph<Self> {
+        &mut builder.metrics
+    }
+
+    fn stage_tasks(stages: &mut DrainStages) -> &mut Vec<JoinHandle<()>> {
+        &mut stages.metrics_stages
+    }
+
+    fn exporters(stages: &mut DrainStages) -> &mut Vec<(ComponentId, Self::Exporter)> {
+        &mut stages.metrics_exporters
+    }
+
+    fn start_exporter(
+        builder: &Builder<'_>,
+        id: &ComponentId,
+        config: &ExporterConfig,
+        storage: Option<&QueueStorage>,
+    ) -> Result<Self::Exporter, ExporterError> {
+        let metrics = builder.exporter_families.for_signal(id, "metrics");
+        MetricsExporter::start_with_storage(
+            id,
+            config,
+            metrics,
+            &builder.remote_write_families,
+            storage,
+        )
+    }
+
+    fn new_connector(
+        builder: &mut Builder<'_>,
+        id: &ComponentId,
+        connector: &ConnectorConfig,
+    ) -> Option<SharedConsumer<Self>> {
+        match connector {
+            ConnectorConfig::Forward => Some(Arc::new(ForwardConnector::new(
+                id.clone(),
+                builder.connector_sink::<MetricsBatch>(id),
+            ))),
+            // Validation allows only forward at the end of a metrics pipeline.
+            ConnectorConfig::SpanMetrics(_) => None,
+        }
+    }
+
+    /// Validation allows only `batch` in metrics pipelines: nothing is fed directly.
+    fn direct_entry(
+        _builder: &mut Builder<'_>,
+        _id: &ComponentId,
+        _processor: &ProcessorConfig,
+        _downstream: &Downstream<Self>,
+    ) -> Result<Option<Arc<dyn DirectEntry<Self>>>, BuildError> {
+        Ok(None)
+    }
+}
+
+impl Builder<'_> {
+    /// The sink a connector `id` feeds: the entries of the pipelines of signal `P` that
+    /// list it as a receiver, giving up with the shutdown.
+    fn connector_sink<P: Wiring>(&mut self, id: &ComponentId) -> Sink<P> {
+        let config = self.config;
+        let budget = self.budget.clone();
+        let graph = P::graph(self);
+        let inputs = config
+            .service
+            .pipelines
+            .iter()
+            .filter(|(pid, p)| pid.signal == P::SIGNAL && p.receivers.contains(id))
+            .filter_map(|(pid, _)| graph.entries.get(pid).cloned())
             .collect();
-        let consumer: Arc<dyn Consumer<MetricsBatch>> = Arc::new(ForwardConnector::new(
-            id.clone(),
-            MetricsSink::new(inputs, self.budget.clone())
-                .with_give_up(self.metrics_give_up.clone()),
-        ));
-        self.metrics_connectors.insert(id.clone(), consumer.clone());
-        Some(consumer)
+        Sink::new(inputs, budget).with_give_up(graph.give_up.clone())
     }
 
     /// The `file_storage` extension an OTLP exporter's `sending_queue.storage` names
@@ -362,97 +492,81 @@ impl Builder<'_> {
             })
     }
 
-    fn traces_exporter(&mut self, id: &ComponentId) -> Result<Option<TracesExporter>, BuildError> {
-        if let Some((_, exporter)) = self.stages.traces_exporters.iter().find(|(e, _)| e == id) {
-            return Ok(Some(exporter.clone()));
+    /// The consumer named `id` at the end of a pipeline of signal `P`: a connector or an
+    /// exporter, started on first use and shared after.
+    fn consumer<P: Wiring>(
+        &mut self,
+        id: &ComponentId,
+    ) -> Result<Option<SharedConsumer<P>>, BuildError> {
+        if let Some(connector) = self.config.connectors.get(id) {
+            if let Some(existing) = P::graph(self).connectors.get(id) {
+                return Ok(Some(existing.clone()));
+            }
+            let consumer = P::new_connector(self, id, connector);
+            if let Some(consumer) = &consumer {
+                P::graph(self)
+                    .connectors
+                    .insert(id.clone(), consumer.clone());
+            }
+            return Ok(consumer);
+        }
+        if let Some((_, exporter)) = P::exporters(&mut self.stages).iter().find(|(e, _)| e == id) {
+            return Ok(Some(Arc::new(exporter.clone())));
         }
         let Some(exporter_config) = self.config.exporters.get(id) else {
             return Ok(None); // validation guarantees it is defined
         };
         let storage = self.queue_storage(exporter_config);
-        let exporter = TracesExporter::start_with_storage(
-            id,
-            exporter_config,
-            self.exporter_families.for_exporter(id),
-            storage.as_ref(),
-        )
-        .map_err(|source| BuildError::Exporter {
-            id: id.clone(),
-            source,
-        })?;
-        self.stages
-            .traces_exporters
-            .push((id.clone(), exporter.clone()));
-        Ok(Some(exporter))
+        let exporter =
+            P::start_exporter(self, id, exporter_config, storage.as_ref()).map_err(|source| {
+                BuildError::Exporter {
+                    id: id.clone(),
+                    source,
+                }
+            })?;
+        P::exporters(&mut self.stages).push((id.clone(), exporter.clone()));
+        Ok(Some(Arc::new(exporter)))
     }
 
-    fn metrics_exporter(
-        &mut self,
-        id: &ComponentId,
-    ) -> Result<Option<MetricsExporter>, BuildError> {
-        if let Some((_, exporter)) = self.stages.metrics_exporters.iter().find(|(e, _)| e == id) {
-            return Ok(Some(exporter.clone()));
-        }
-        let Some(exporter_config) = self.config.exporters.get(id) else {
-            return Ok(None);
-        };
-        let storage = self.queue_storage(exporter_config);
-        let exporter = MetricsExporter::start_with_storage(
-            id,
-            exporter_config,
-            self.exporter_families.for_signal(id, "metrics"),
-            &self.remote_write_families,
-            storage.as_ref(),
-        )
-        .map_err(|source| BuildError::Exporter {
-            id: id.clone(),
-            source,
-        })?;
-        self.stages
-            .metrics_exporters
-            .push((id.clone(), exporter.clone()));
-        Ok(Some(exporter))
-    }
-
-    fn traces_pipeline(&mut self, pipeline_id: &PipelineId) -> Result<(), BuildError> {
+    /// Wires pipeline `pipeline_id` of signal `P` back to front (exporters, then each
+    /// processor, then the entry) and records its entry.
+    fn pipeline<P: Wiring>(&mut self, pipeline_id: &PipelineId) -> Result<(), BuildError> {
         let config = self.config;
         let Some(pipeline) = config.service.pipelines.get(pipeline_id) else {
             return Ok(());
         };
-        let mut fanout: Vec<(ComponentId, Arc<dyn Consumer<TraceBatch>>)> =
+        let mut fanout: Vec<(ComponentId, SharedConsumer<P>)> =
             Vec::with_capacity(pipeline.exporters.len());
         for id in &pipeline.exporters {
-            if config.connectors.contains_key(id) {
-                if let Some(connector) = self.traces_connector(id) {
-                    fanout.push((id.clone(), connector));
-                }
-            } else if let Some(exporter) = self.traces_exporter(id)? {
-                fanout.push((id.clone(), Arc::new(exporter)));
+            if let Some(consumer) = self.consumer::<P>(id)? {
+                fanout.push((id.clone(), consumer));
             }
         }
 
         // Wire the processors back to front, so each knows where its output goes.
-        let give_up = self.traces_give_up.clone();
+        let give_up = P::graph(self).give_up.clone();
         let mut downstream =
             Downstream::exporters(ExporterFanout::new(fanout)).with_give_up(give_up.clone());
-        let mut sampler_entry = None;
+        let mut direct = None;
         for (position, id) in pipeline.processors.iter().enumerate().rev() {
-            match config.processors.get(id) {
-                Some(ProcessorConfig::Batch(batch)) => {
+            let Some(processor) = config.processors.get(id) else {
+                continue;
+            };
+            match processor {
+                ProcessorConfig::Batch(batch) => {
                     let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
-                    let batcher: Batcher<TraceBatch> = Batcher::new(
+                    let batcher: Batcher<P> = Batcher::new(
                         batch.clone(),
                         self.batch_families.for_processor(id),
                         self.budget.clone(),
                     );
-                    self.stages
-                        .traces_stages
+                    P::stage_tasks(&mut self.stages)
                         .push(tokio::spawn(batcher.run(receiver, downstream)));
                     downstream = Downstream::stage(sender).with_give_up(give_up.clone());
                 }
                 // Admission at the receivers enforces the memory limit, before decoding.
-                Some(ProcessorConfig::MemoryLimiter(_)) | None => {}
-                Some(ProcessorConfig::TailSampling(tail_sampling)) => {
+                ProcessorConfig::MemoryLimiter(_) => {}
+                ProcessorConfig::TailSampling(_) => {
                     let only_limiters_before = pipeline.processors[..position].iter().all(|p| {
                         matches!(
                             config.processors.get(p),
@@ -465,108 +579,29 @@ impl Builder<'_> {
                             processor: id.clone(),
                         });
                     }
-                    let policies =
-                        PolicySet::compile(tail_sampling).map_err(|source| BuildError::Policy {
-                            processor: id.clone(),
-                            source,
-                        })?;
-                    let metrics = self.sampler_families.for_processor(
-                        id,
-                        policies.names(),
-                        &self.exporter_families.dropped_spans(),
-                    );
-                    let (ingest, intake_closed) = TailSampler::start(
-                        SamplerSettings::from(tail_sampling),
-                        policies,
-                        metrics,
-                        self.budget.clone(),
-                        SAMPLER_SHARDS,
-                    );
-                    let sampler = ingest.sampler().clone();
-                    self.stages
-                        .traces_stages
-                        .push(tokio::spawn(sampler.run(intake_closed, downstream.clone())));
-                    sampler_entry = Some(ingest);
+                    direct = P::direct_entry(self, id, processor, &downstream)?;
                 }
             }
         }
-        let entry = match (sampler_entry, downstream.target()) {
-            (Some(ingest), _) => PipelineInput::Direct {
+        let entry = match (direct, downstream.target()) {
+            (Some(entry), _) => PipelineInput::Direct {
                 id: pipeline_id.clone(),
-                entry: Arc::new(ingest),
+                entry,
             },
             (None, Target::Stage(sender)) => PipelineInput::Queue {
                 id: pipeline_id.clone(),
                 sender: sender.clone(),
             },
             (None, Target::Exporters(_)) => {
-                let exporters_only = downstream;
                 let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
-                self.stages
-                    .traces_stages
-                    .push(tokio::spawn(forward(receiver, exporters_only)));
+                P::stage_tasks(&mut self.stages).push(tokio::spawn(forward(receiver, downstream)));
                 PipelineInput::Queue {
                     id: pipeline_id.clone(),
                     sender,
                 }
             }
         };
-        self.traces_entries.insert(pipeline_id.clone(), entry);
-        Ok(())
-    }
-
-    fn metrics_pipeline(&mut self, pipeline_id: &PipelineId) -> Result<(), BuildError> {
-        let config = self.config;
-        let Some(pipeline) = config.service.pipelines.get(pipeline_id) else {
-            return Ok(());
-        };
-        let mut fanout: Vec<(ComponentId, Arc<dyn Consumer<MetricsBatch>>)> =
-            Vec::with_capacity(pipeline.exporters.len());
-        for id in &pipeline.exporters {
-            if config.connectors.contains_key(id) {
-                if let Some(connector) = self.metrics_connector(id) {
-                    fanout.push((id.clone(), connector));
-                }
-            } else if let Some(exporter) = self.metrics_exporter(id)? {
-                fanout.push((id.clone(), Arc::new(exporter)));
-            }
-        }
-        let give_up = self.metrics_give_up.clone();
-        let mut downstream =
-            Downstream::exporters(ExporterFanout::new(fanout)).with_give_up(give_up.clone());
-        for id in pipeline.processors.iter().rev() {
-            // Validation allows only `batch` in metrics pipelines.
-            if let Some(ProcessorConfig::Batch(batch)) = config.processors.get(id) {
-                let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
-                let batcher: Batcher<MetricsBatch> = Batcher::new(
-                    batch.clone(),
-                    self.batch_families.for_processor(id),
-                    self.budget.clone(),
-                );
-                self.stages
-                    .metrics_stages
-                    .push(tokio::spawn(batcher.run(receiver, downstream)));
-                downstream = Downstream::stage(sender).with_give_up(give_up.clone());
-            }
-        }
-        let sender = match downstream.target() {
-            Target::Stage(sender) => sender.clone(),
-            Target::Exporters(_) => {
-                let exporters_only = downstream;
-                let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
-                self.stages
-                    .metrics_stages
-                    .push(tokio::spawn(forward(receiver, exporters_only)));
-                sender
-            }
-        };
-        self.metrics_entries.insert(
-            pipeline_id.clone(),
-            PipelineInput::Queue {
-                id: pipeline_id.clone(),
-                sender,
-            },
-        );
+        P::graph(self).entries.insert(pipeline_id.clone(), entry);
         Ok(())
     }
 }

@@ -22,7 +22,4 @@ mod graph;
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests;
 
-pub use graph::{BuildError, DrainStages, Pipelines, build_pipelines};
-
-/// How many requests a pipeline's input queue holds before receivers wait.
-pub const PIPELINE_INPUT_CAPACITY: usize = 64;
+pub use graph::{BuildError, DrainStages, PIPELINE_INPUT_CAPACITY, Pipelines, build_pipelines};
