@@ -700,8 +700,8 @@ async fn shutdown_drains() {
         .await;
     let delivered = h.metric("otelcol_exporter_sent_metric_points_total", &[]);
     assert_eq!(delivered, 20.0);
-    assert_eq!(report.dropped_spans, 0);
-    assert!(report.delivered_spans <= 20);
+    assert_eq!(report.dropped, 0);
+    assert!(report.delivered <= 20);
     assert_eq!(samples(&receiver, "g", &[]).len(), 20);
     let refused = h
         .exporter

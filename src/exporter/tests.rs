@@ -32,10 +32,16 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::*;
 use crate::config::{
-    Compression, DebugExporterConfig, OtlpExporterConfig, QueueConfig, TlsClientConfig, Verbosity,
+    ComponentId, Compression, DebugExporterConfig, ExporterConfig, OtlpExporterConfig,
+    QueueConfig, RetryConfig, TlsClientConfig, Verbosity,
 };
+use crate::exporter::core::error::{DrainReport, ExportError, ExporterError};
+use crate::exporter::core::metrics::{
+    ExporterMetricFamilies, ExporterMetrics, FailureReason, RetryErrorType,
+};
+use crate::exporter::otlp::TracesExporter;
+use crate::pipeline::TraceBatch;
 
 // === helpers ===
 
@@ -384,8 +390,8 @@ async fn grpc_retries_until_every_batch_arrives_once() {
     assert_eq!(
         report,
         DrainReport {
-            delivered_spans: 15,
-            dropped_spans: 0
+            delivered: 15,
+            dropped: 0
         }
     );
     assert_eq!(sent(&registry, "otlp/tempo"), Some(15.0));
@@ -476,7 +482,7 @@ async fn grpc_permanent_error_is_not_retried() {
         err,
         ExportError::Failed {
             reason: FailureReason::Permanent,
-            spans: 4,
+            items: 4,
             ..
         }
     ));
@@ -561,7 +567,7 @@ async fn full_queue_makes_export_wait() {
     fourth.await.unwrap().unwrap();
     let report = exporter.shutdown(far_deadline()).await;
 
-    assert_eq!(report.dropped_spans, 0);
+    assert_eq!(report.dropped, 0);
     assert_eq!(sink.received().len(), 4);
     assert_eq!(sent(&registry, "otlp"), Some(4.0));
     assert_eq!(
@@ -608,15 +614,15 @@ async fn shutdown_with_dead_sink_reports_drops() {
     assert_eq!(
         report,
         DrainReport {
-            delivered_spans: 0,
-            dropped_spans: 10
+            delivered: 0,
+            dropped: 10
         }
     );
     assert_eq!(failed(&registry, "otlp/dead", "shutdown"), Some(10.0));
     assert_eq!(sent(&registry, "otlp/dead"), Some(0.0));
     assert!(matches!(
         late.export(batch(&request(9, 3))).await,
-        Err(ExportError::ShutDown { spans: 3 })
+        Err(ExportError::ShutDown { items: 3 })
     ));
     assert_eq!(
         value(

@@ -374,6 +374,7 @@ impl Builder<'_> {
             self.exporter_families.for_signal(id, "metrics"),
             &self.remote_write_families,
             storage.as_ref(),
+            Some(self.budget),
         )
         .map_err(|source| BuildError::Exporter {
             id: id.clone(),

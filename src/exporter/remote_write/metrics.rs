@@ -15,7 +15,7 @@ use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
 use super::translate::DropReason;
 use crate::config::ComponentId;
-use crate::exporter::{ExporterMetricFamilies, ExporterMetrics, FailureReason};
+use crate::exporter::core::metrics::{ExporterMetricFamilies, ExporterMetrics, FailureReason};
 
 /// Metric names and help texts, in one place.
 mod desc {

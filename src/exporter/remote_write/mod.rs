@@ -67,11 +67,13 @@ use tokio::time::Instant;
 pub use metrics::{RemoteWriteMetricFamilies, RemoteWriteMetrics};
 pub use transport::{CONTENT_TYPE_V2, REMOTE_WRITE_VERSION, REMOTE_WRITE_VERSION_2};
 
-use super::events::Health;
-use super::queue::ABORT_SLACK;
-use super::retry::{Backoff, Outcome, deadline_reached};
-use super::transport::{Accepted, AttemptError};
-use super::{DrainReport, ExportError, ExporterError, FailureReason};
+use super::core::error::{DrainReport, ExportError, ExporterError};
+use super::core::events::Health;
+use super::core::metrics::FailureReason;
+use super::core::outcome::{Accepted, AttemptError, Outcome};
+use super::core::queue::ABORT_SLACK;
+use super::core::retry::Backoff;
+use super::core::state::deadline_reached;
 use crate::config::{ComponentId, RemoteWriteConfig, RemoteWriteMessage, RetryConfig};
 use crate::pipeline::MetricsBatch;
 use metrics::Unwritten;
@@ -152,6 +154,24 @@ impl RemoteWriteExporter {
         config: &RemoteWriteConfig,
         metrics: RemoteWriteMetrics,
     ) -> Result<Self, ExporterError> {
+        Self::start_with_budget(id, config, metrics, None)
+    }
+
+    /// Like [`start`](Self::start), with the memory budget queued series are charged to.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start_with_budget(
+        id: &ComponentId,
+        config: &RemoteWriteConfig,
+        metrics: RemoteWriteMetrics,
+        _budget: Option<Arc<crate::limiter::MemoryBudget>>,
+    ) -> Result<Self, ExporterError> {
         let transport = RemoteWriteTransport::new(config)?;
         let v2 = config.protobuf_message == RemoteWriteMessage::V2;
         let (closed, _) = watch::channel(false);
@@ -174,7 +194,7 @@ impl RemoteWriteExporter {
             v1_metadata: config.send_metadata,
             max_batch_bytes: config.max_batch_size_bytes.get(),
             metrics,
-            health: Health::default(),
+            health: Health::new(id.written.clone(), "metrics"),
             drops: Mutex::new(DropLog::default()),
             closed,
             deadline,
@@ -256,7 +276,7 @@ impl RemoteWriteExporter {
         if *shared.closed.borrow() {
             shared.metrics.record_enqueue_failed(batch.data_points);
             return Err(ExportError::ShutDown {
-                spans: batch.data_points,
+                items: batch.data_points,
             });
         }
         let request = match ExportMetricsServiceRequest::decode(batch.request) {
@@ -332,7 +352,7 @@ impl RemoteWriteExporter {
                 }
                 if refused > 0 {
                     shared.metrics.record_enqueue_failed(refused);
-                    return Err(ExportError::ShutDown { spans: refused });
+                    return Err(ExportError::ShutDown { items: refused });
                 }
                 Ok(())
             }
@@ -345,7 +365,7 @@ impl RemoteWriteExporter {
                 };
                 let Some(_permit) = permit else {
                     shared.metrics.record_enqueue_failed(points);
-                    return Err(ExportError::ShutDown { spans: points });
+                    return Err(ExportError::ShutDown { items: points });
                 };
                 let batch = ShardBatch {
                     series: translated.series,
@@ -357,12 +377,12 @@ impl RemoteWriteExporter {
                 let result = deliver_batch(shared, batch, &mut deadline).await;
                 match result.failed {
                     None if result.shutdown_points > 0 => Err(ExportError::ShutDown {
-                        spans: result.shutdown_points,
+                        items: result.shutdown_points,
                     }),
                     None => Ok(()),
                     Some((reason, message)) => Err(ExportError::Failed {
                         reason,
-                        spans: result.failed_points,
+                        items: result.failed_points,
                         message,
                     }),
                 }
@@ -412,15 +432,15 @@ impl RemoteWriteExporter {
             }
         }
         let report = DrainReport {
-            delivered_spans: shared.delivered.load(Ordering::Acquire) - delivered_before,
-            dropped_spans: shared.shutdown_dropped.load(Ordering::Acquire) - dropped_before,
+            delivered: shared.delivered.load(Ordering::Acquire) - delivered_before,
+            dropped: shared.shutdown_dropped.load(Ordering::Acquire) - dropped_before,
         };
-        if report.dropped_spans > 0 {
+        if report.dropped > 0 {
             tracing::error!(
                 event = "exporter.shutdown",
                 exporter = %shared.id,
-                delivered_points = report.delivered_spans,
-                dropped_points = report.dropped_spans,
+                delivered_points = report.delivered,
+                dropped_points = report.dropped,
                 reason = FailureReason::Shutdown.as_str(),
                 "shutdown deadline reached with metric points undelivered",
             );
@@ -428,7 +448,7 @@ impl RemoteWriteExporter {
             tracing::info!(
                 event = "exporter.shutdown",
                 exporter = %shared.id,
-                delivered_points = report.delivered_spans,
+                delivered_points = report.delivered,
                 dropped_points = 0,
             );
         }
@@ -504,13 +524,13 @@ impl Shared {
         self.in_hand.fetch_sub(points, Ordering::AcqRel);
         match outcome {
             Outcome::Delivered(accepted) => {
-                let rejected = usize::try_from(accepted.rejected_spans.max(0))
+                let rejected = usize::try_from(accepted.rejected.max(0))
                     .unwrap_or(usize::MAX)
                     .min(points);
                 let sent = points - rejected;
                 self.metrics.record_sent(sent);
                 self.delivered.fetch_add(sent as u64, Ordering::AcqRel);
-                if !accepted.error_message.is_empty() {
+                if !accepted.message.is_empty() {
                     if rejected > 0 {
                         self.metrics
                             .record_failed(FailureReason::PartialSuccess, rejected);
@@ -518,7 +538,7 @@ impl Shared {
                     self.log_drop(
                         FailureReason::PartialSuccess,
                         rejected,
-                        &accepted.error_message,
+                        &accepted.message,
                     );
                 }
             }
@@ -578,8 +598,8 @@ impl Shared {
         let total = (sent.samples + sent.histograms).max(1);
         let rejected = (points as u128 * u128::from(missing)).div_ceil(u128::from(total));
         Accepted {
-            rejected_spans: i64::try_from(rejected).unwrap_or(i64::MAX),
-            error_message: format!(
+            rejected: i64::try_from(rejected).unwrap_or(i64::MAX),
+            message: format!(
                 "partial write: the receiver wrote {} of {} samples, {} of {} histograms, {} of {} \
                  exemplars",
                 sent.samples - samples,
@@ -849,7 +869,7 @@ async fn deliver(
         attempt += 1;
         let (error_type, throttle, message) = match result {
             Ok(Reply::Accepted(written)) => {
-                shared.health.attempt_succeeded(&shared.id);
+                shared.health.attempt_succeeded();
                 let accepted = match protocol {
                     Protocol::V1 => Accepted::default(),
                     Protocol::V2 => shared.check_written(current.counts, written, points),
@@ -891,9 +911,7 @@ async fn deliver(
             return Outcome::ShutDown;
         }
         shared.metrics.shared.record_retry(error_type);
-        shared
-            .health
-            .attempt_failed(&shared.id, error_type, delay, &message);
+        shared.health.attempt_failed(error_type, delay, &message);
         tokio::select! {
             biased;
             () = deadline_reached(deadline) => return Outcome::ShutDown,

@@ -19,12 +19,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::RemoteWriteConfig;
-use crate::exporter::ExporterError;
-use crate::exporter::metrics::RetryErrorType;
-use crate::exporter::otlp_http::{error_chain, read_limited};
-use crate::exporter::retry::retry_after_header;
+use crate::exporter::core::error::ExporterError;
+use crate::exporter::core::http::{error_chain, read_limited, retry_after_header};
+use crate::exporter::core::outcome::AttemptError;
+use crate::exporter::core::status;
 use crate::exporter::tls::{self, Alpn};
-use crate::exporter::transport::AttemptError;
 
 /// The remote-write protocol version header value (1.0 receivers).
 pub const REMOTE_WRITE_VERSION: &str = "0.1.0";
@@ -239,7 +238,7 @@ pub(crate) fn answer(
     if status.is_success() {
         return Ok(Reply::Accepted(written));
     }
-    Err(classify(status, retry_after, body))
+    Err(status::remote_write(status, retry_after, body))
 }
 
 /// Whether a 400 body says the request's message or content type is not supported: what
@@ -269,67 +268,10 @@ fn names_unsupported_message(body: &[u8]) -> bool {
     refuses && about_message
 }
 
-/// Classifies a non-2xx answer by the remote-write rules: 5xx and 429 are retried (with the
-/// `Retry-After` hint), every other status is permanent.
-pub(crate) fn classify(
-    status: StatusCode,
-    retry_after: Option<Duration>,
-    body: &[u8],
-) -> AttemptError {
-    let excerpt = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_EXCERPT)]);
-    let message = format!("HTTP {status}: {}", excerpt.trim());
-    let error_type = match status.as_u16() {
-        429 => RetryErrorType::Http429,
-        500..=599 => RetryErrorType::Http5xx,
-        _ => return AttemptError::Permanent { message },
-    };
-    AttemptError::Retryable {
-        error_type,
-        throttle: retry_after,
-        message,
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::*;
-
-    /// Scenario: every status class remote write distinguishes.
-    /// Guarantees: 429 and every 5xx are retryable with the `Retry-After` hint; 400, 401,
-    /// 404, 413 and 415 are permanent and carry the receiver's message.
-    #[test]
-    fn status_classification() {
-        let hint = Some(Duration::from_secs(2));
-        assert_eq!(
-            classify(StatusCode::TOO_MANY_REQUESTS, hint, b""),
-            AttemptError::Retryable {
-                error_type: RetryErrorType::Http429,
-                throttle: hint,
-                message: "HTTP 429 Too Many Requests: ".to_owned(),
-            }
-        );
-        for code in [500, 502, 503, 504] {
-            let status = StatusCode::from_u16(code).unwrap();
-            assert!(matches!(
-                classify(status, hint, b"busy"),
-                AttemptError::Retryable {
-                    error_type: RetryErrorType::Http5xx,
-                    throttle: Some(_),
-                    ..
-                }
-            ));
-        }
-        for code in [400, 401, 404, 413, 415] {
-            let status = StatusCode::from_u16(code).unwrap();
-            match classify(status, hint, b"out of order sample\n") {
-                AttemptError::Permanent { message } => {
-                    assert!(message.ends_with("out of order sample"), "{message}");
-                }
-                other => panic!("{code}: {other:?}"),
-            }
-        }
-    }
 
     /// Scenario: the answers a 2.0 request can get: 204 with and without `*-Written`
     /// headers, 415, 400 naming the content type, 400 for a bad sample, 503; and the same

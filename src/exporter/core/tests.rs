@@ -1,0 +1,1 @@
+//! Export-core tests on paused time, with scripted in-memory transports.
