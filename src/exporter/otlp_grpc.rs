@@ -10,10 +10,10 @@ use bytes::{Buf, BufMut, Bytes};
 use http::Uri;
 use http::uri::{PathAndQuery, Scheme};
 use prost::Message;
+use tonic::Status;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Channel, Endpoint};
-use tonic::Status;
 use tower::ServiceExt;
 
 use super::core::error::ExporterError;

@@ -37,7 +37,11 @@ pub(crate) trait Deliver<I>: Send + Sync + 'static {
     ///
     /// Not cancel safe: a cancelled delivery leaves items in hand, which shutdown counts as
     /// dropped.
-    fn deliver(&self, item: I, deadline: &mut DeadlineWatch) -> impl Future<Output = Settled> + Send;
+    fn deliver(
+        &self,
+        item: I,
+        deadline: &mut DeadlineWatch,
+    ) -> impl Future<Output = Settled> + Send;
 
     /// Whether a consumer that took `item` should merge the next queued item into it before
     /// delivering (an in-order lane merging up to one request's worth). Default: never.
@@ -74,7 +78,11 @@ impl<T: Transport<Request = Bytes>> BatchDelivery<T> {
 
     /// Delivers `batch` with retries and returns the outcome without counting it (the
     /// persistent queue counts only what leaves the disk for good).
-    pub(crate) async fn attempt<P: Payload>(&self, batch: &P, deadline: &mut DeadlineWatch) -> Outcome {
+    pub(crate) async fn attempt<P: Payload>(
+        &self,
+        batch: &P,
+        deadline: &mut DeadlineWatch,
+    ) -> Outcome {
         retry::deliver(
             &self.shared,
             &self.transport,

@@ -332,11 +332,7 @@ impl<P: Payload> DiskQueue<P> {
     /// What is not delivered stays on disk for the next start. A store still being opened
     /// at the deadline is given up.
     pub(crate) async fn drain(&self, shared: &Shared, deadline: Instant) {
-        let opener = self
-            .opener
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let opener = self.opener.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(opener) = opener {
             let abort = opener.abort_handle();
             if tokio::time::timeout_at(deadline + ABORT_SLACK, opener)

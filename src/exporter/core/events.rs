@@ -64,7 +64,12 @@ impl Health {
     }
 
     /// A retryable attempt failed; logs only when the exporter was healthy until now.
-    pub(crate) fn attempt_failed(&self, error_type: RetryErrorType, delay: Duration, message: &str) {
+    pub(crate) fn attempt_failed(
+        &self,
+        error_type: RetryErrorType,
+        delay: Duration,
+        message: &str,
+    ) {
         if !self.failing.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 event = "exporter.retry",

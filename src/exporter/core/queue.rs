@@ -95,6 +95,11 @@ impl<I: QueueItem> MemoryQueue<I> {
         }
     }
 
+    /// The number of lanes.
+    pub(crate) fn lanes(&self) -> usize {
+        self.senders.len()
+    }
+
     /// Queues `item` on `lane` (taken modulo the number of lanes), waiting while the lane
     /// is full. Gives the item back once shutdown has begun (also to a call already
     /// waiting); the caller then counts it as refused.

@@ -1,5 +1,5 @@
 //! The persistent queue's files: append-only segments of checksummed records and the read
-//! position. Synchronous: the async layer ([`super::disk_queue`]) calls it from blocking
+//! position. Synchronous: the async layer (`disk_queue.rs`) calls it from blocking
 //! tasks, under one mutex.
 //!
 //! A queue directory holds:

@@ -165,7 +165,11 @@ impl Shared {
     /// Stops intake, sets the deadline, runs `drain` (which delivers until the deadline and
     /// returns shortly after it at the latest), and reports what was delivered and dropped
     /// meanwhile, logging it once. A second call returns at once with an empty report.
-    pub(crate) async fn shutdown(&self, deadline: Instant, drain: impl Future<Output = ()>) -> DrainReport {
+    pub(crate) async fn shutdown(
+        &self,
+        deadline: Instant,
+        drain: impl Future<Output = ()>,
+    ) -> DrainReport {
         if self.closed.send_replace(true) {
             return DrainReport::default();
         }

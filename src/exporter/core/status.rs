@@ -148,7 +148,11 @@ mod tests {
         ];
         for (code, otlp, rw) in table {
             let status = StatusCode::from_u16(code).unwrap();
-            assert_eq!(retryable(otlp_http(status, hint, b"x")), otlp, "otlp {code}");
+            assert_eq!(
+                retryable(otlp_http(status, hint, b"x")),
+                otlp,
+                "otlp {code}"
+            );
             assert_eq!(retryable(remote_write(status, hint, b"x")), rw, "rw {code}");
         }
         match remote_write(StatusCode::BAD_REQUEST, None, b"out of order sample\n") {
@@ -213,11 +217,8 @@ mod tests {
             (Code::Unavailable, Some(T::Unavailable)),
             (Code::InvalidArgument, None),
         ] {
-            let status = Status::with_error_details(
-                code,
-                "slow down",
-                ErrorDetails::with_retry_info(delay),
-            );
+            let status =
+                Status::with_error_details(code, "slow down", ErrorDetails::with_retry_info(delay));
             assert_eq!(
                 retryable(grpc(&status)),
                 expected.map(|t| (t, delay)),

@@ -5,9 +5,8 @@ use std::future::Future;
 use super::outcome::{Accepted, AttemptError};
 
 /// Makes one attempt to deliver a request, bounded by its per-attempt timeout, and says
-/// how the destination answered. Retries, backoff and accounting are the caller's
-/// ([`super::retry::deliver`]); a transport only classifies
-/// ([`super::status`]).
+/// how the destination answered. Retries, backoff and accounting are the caller's (the
+/// retry loop in `retry.rs`); a transport only classifies the answer (with `status.rs`).
 pub(crate) trait Transport: Send + Sync + 'static {
     /// What one request is: encoded bytes for OTLP, series to encode for remote write.
     type Request: Send + Sync;

@@ -20,9 +20,12 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::config::RemoteWriteConfig;
 use crate::exporter::core::error::ExporterError;
-use crate::exporter::core::http::{error_chain, read_limited, retry_after_header};
+use crate::exporter::core::http::{
+    MAX_RESPONSE_BODY, error_chain, header_map, parse_url, read_limited, retry_after_header,
+    status_message,
+};
 use crate::exporter::core::outcome::AttemptError;
-use crate::exporter::core::status;
+use crate::exporter::core::status::{self, REMOTE_WRITE_BODY_EXCERPT};
 use crate::exporter::tls::{self, Alpn};
 
 /// The remote-write protocol version header value (1.0 receivers).
@@ -93,12 +96,6 @@ pub(crate) enum Reply {
     },
 }
 
-/// At most this much of a response body is read.
-const MAX_RESPONSE_BODY: usize = 64 * 1024;
-
-/// How much of an error body goes into the error message (logged as the receiver wrote it).
-const ERROR_BODY_EXCERPT: usize = 1024;
-
 /// POSTs compressed `WriteRequest`s to the endpoint over a pooled hyper client.
 pub(crate) struct RemoteWriteTransport {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
@@ -110,27 +107,10 @@ pub(crate) struct RemoteWriteTransport {
 impl RemoteWriteTransport {
     /// Builds the client for `config`.
     pub(crate) fn new(config: &RemoteWriteConfig) -> Result<Self, ExporterError> {
-        let invalid = |reason: String| ExporterError::InvalidEndpoint {
-            endpoint: config.endpoint.clone(),
-            reason,
-        };
-        let uri: Uri = config
-            .endpoint
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| invalid(e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http" | "https") if uri.authority().is_some() => {}
-            _ => return Err(invalid("expected an http:// or https:// URL".to_owned())),
-        }
+        let uri = parse_url(&config.endpoint)?;
         let connector = tls::https_connector(&config.tls, Alpn::H2AndHttp1)?;
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        let mut headers = HeaderMap::new();
-        for (name, value) in &config.headers {
-            let invalid = || ExporterError::InvalidHeader { name: name.clone() };
-            let key = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
-            let value = HeaderValue::from_str(value).map_err(|_| invalid())?;
-            headers.insert(key, value);
-        }
+        let mut headers = header_map(&config.headers)?;
         // The protocol's headers last, so that no custom header replaces them (the config
         // already refuses them).
         // `Content-Type` and the version header are set per request, by protocol.
@@ -227,9 +207,8 @@ pub(crate) fn answer(
         if status == StatusCode::UNSUPPORTED_MEDIA_TYPE
             || (status == StatusCode::BAD_REQUEST && names_unsupported_message(body))
         {
-            let excerpt = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_EXCERPT)]);
             return Ok(Reply::Unsupported {
-                message: format!("HTTP {status}: {}", excerpt.trim()),
+                message: status_message(status, body, REMOTE_WRITE_BODY_EXCERPT),
             });
         }
     }
@@ -245,7 +224,8 @@ pub(crate) fn answer(
 /// 1.x receivers answer a 2.0 request when they check the `Content-Type` (the spec tells
 /// senders to expect 400 there). The wire offers nothing but this text to go by.
 fn names_unsupported_message(body: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_EXCERPT)]).to_lowercase();
+    let text =
+        String::from_utf8_lossy(&body[..body.len().min(REMOTE_WRITE_BODY_EXCERPT)]).to_lowercase();
     let refuses = [
         "unsupported",
         "not supported",
