@@ -37,6 +37,8 @@ struct Inner {
     /// `protobuf_message` is the 2.0 message (metadata is then routed with its series).
     v2_configured: bool,
     metrics: RemoteWriteMetrics,
+    /// What queued series are charged to; `None` leaves them uncharged.
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 enum Mode {
@@ -92,7 +94,7 @@ impl RemoteWriteExporter {
         id: &ComponentId,
         config: &RemoteWriteConfig,
         metrics: RemoteWriteMetrics,
-        _budget: Option<Arc<MemoryBudget>>,
+        budget: Option<Arc<MemoryBudget>>,
     ) -> Result<Self, ExporterError> {
         let http = RemoteWriteTransport::new(config)?;
         let v2 = config.protobuf_message == RemoteWriteMessage::V2;
@@ -115,6 +117,7 @@ impl RemoteWriteExporter {
             queue_enabled = queue.enabled,
             queue_size = queue.queue_size.get(),
             num_consumers = queue.num_consumers.get(),
+            budget_charged = budget.is_some(),
         );
         let mode = if queue.enabled {
             let shards = queue.num_consumers.get();
@@ -139,6 +142,7 @@ impl RemoteWriteExporter {
                 },
                 v2_configured: v2,
                 metrics,
+                budget,
             }),
         })
     }
@@ -194,7 +198,7 @@ impl RemoteWriteExporter {
                 inner.metrics.record_dropped(reason, n);
             }
         }
-        let budget = None;
+        let budget = inner.budget.as_ref();
         match &inner.mode {
             Mode::Queued(queue) => {
                 let groups = shard::group(translated, queue.lanes(), inner.v2_configured, budget);
@@ -254,5 +258,131 @@ impl RemoteWriteExporter {
             }
         };
         shared.shutdown(deadline, drain).await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests {
+    use bytes::Bytes;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric::Data,
+        number_data_point,
+    };
+    use prometheus::Registry;
+
+    use super::*;
+    use crate::config::ExporterConfig;
+    use crate::exporter::core::metrics::ExporterMetricFamilies;
+    use crate::exporter::remote_write::metrics::RemoteWriteMetricFamilies;
+    use crate::pipeline::Payload as _;
+
+    fn config(endpoint: &str) -> RemoteWriteConfig {
+        let yaml = format!(
+            "
+receivers: {{otlp: {{protocols: {{grpc: }}}}}}
+exporters:
+  debug:
+  prometheusremotewrite:
+    endpoint: {endpoint}
+    retry_on_failure: {{initial_interval: 50ms, max_interval: 50ms, max_elapsed_time: 0s}}
+service: {{pipelines: {{traces: {{receivers: [otlp], exporters: [debug]}}}}}}
+"
+        );
+        let config = crate::config::load_str(&[&yaml]).unwrap();
+        config
+            .exporters
+            .into_values()
+            .find_map(|e| match e {
+                ExporterConfig::PrometheusRemoteWrite(rw) => Some(rw),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    /// 50 gauge points on 50 series, as one batch charged like the pipeline charges it.
+    fn batch(budget: &Arc<MemoryBudget>) -> MetricsBatch {
+        let points = (0..50)
+            .map(|i| NumberDataPoint {
+                attributes: vec![opentelemetry_proto::tonic::common::v1::KeyValue {
+                    key: "i".to_owned(),
+                    value: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                        value: Some(
+                            opentelemetry_proto::tonic::common::v1::any_value::Value::IntValue(i),
+                        ),
+                    }),
+                    ..Default::default()
+                }],
+                time_unix_nano: 1_700_000_000_000_000_000,
+                value: Some(number_data_point::Value::AsDouble(1.0)),
+                ..Default::default()
+            })
+            .collect();
+        let request = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "g".to_owned(),
+                        data: Some(Data::Gauge(Gauge {
+                            data_points: points,
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        MetricsBatch::new(Bytes::from(request.encode_to_vec()), 50).charged(budget)
+    }
+
+    /// Scenario: a remote-write exporter with a memory budget whose endpoint refuses every
+    /// connection; one batch of 50 series is exported (queued on two shards), then the
+    /// exporter shuts down with a short deadline.
+    /// Guarantees: while queued, the budget holds the series' charge, which is larger than
+    /// the batch's encoded bytes it replaced; at the deadline the 50 points are dropped
+    /// (counted) and the budget returns to zero.
+    #[tokio::test]
+    async fn queued_series_are_charged_until_dropped() {
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let registry = Registry::new();
+        let families = ExporterMetricFamilies::register(&registry).unwrap();
+        let rw = RemoteWriteMetricFamilies::register(&registry, &families).unwrap();
+        let id = ComponentId {
+            written: "prometheusremotewrite".to_owned(),
+            kind: "prometheusremotewrite".to_owned(),
+            name: None,
+        };
+        let budget = MemoryBudget::unlimited();
+        let exporter = RemoteWriteExporter::start_with_budget(
+            &id,
+            &config(&format!("http://{dead}/api/v1/write")),
+            rw.for_exporter(&id),
+            Some(budget.clone()),
+        )
+        .unwrap();
+        let batch = batch(&budget);
+        let encoded = batch.encoded_len();
+        assert_eq!(budget.used(), encoded);
+        exporter.export(batch).await.unwrap();
+        let held = budget.used();
+        assert!(
+            held > encoded,
+            "series held {held}, batch was {encoded} bytes"
+        );
+        let report = exporter
+            .shutdown(Instant::now() + std::time::Duration::from_millis(200))
+            .await;
+        assert_eq!(
+            report,
+            DrainReport {
+                delivered: 0,
+                dropped: 50
+            }
+        );
+        assert_eq!(budget.used(), 0);
     }
 }
