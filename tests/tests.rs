@@ -11,6 +11,7 @@ mod overload;
 mod prometheus_e2e;
 mod pushback;
 mod remote_write;
+mod rw_outage;
 mod sampling;
 mod sdk_e2e;
 mod shutdown;
