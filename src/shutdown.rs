@@ -136,12 +136,12 @@ impl Gateway {
         report.dropped_spans = stages.lost_spans.total();
         report.dropped_metric_points = stages.lost_points.total();
         for drain in traces_drains {
-            report.delivered_spans += drain.delivered_spans;
-            report.dropped_spans += drain.dropped_spans;
+            report.delivered_spans += drain.delivered;
+            report.dropped_spans += drain.dropped;
         }
         for drain in metrics_drains {
-            report.delivered_metric_points += drain.delivered_spans;
-            report.dropped_metric_points += drain.dropped_spans;
+            report.delivered_metric_points += drain.delivered;
+            report.dropped_metric_points += drain.dropped;
         }
         if report.dropped_spans > 0 || report.dropped_metric_points > 0 {
             report.completed = false;

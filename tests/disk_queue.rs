@@ -115,6 +115,19 @@ fn arrivals(sink: &OtlpSink) -> BTreeMap<Vec<u8>, usize> {
     seen
 }
 
+/// Waits (at most 20 s) until the gateway's exporter has sent `spans` spans and its queue
+/// holds nothing: every record on disk is done, so no further delivery (a duplicate
+/// included) can follow.
+async fn wait_delivered(gateway: &tailgate::service::Gateway, spans: f64) -> bool {
+    support::eventually(Duration::from_secs(20), || async {
+        let text = support::scrape(gateway).await;
+        let exporter = ["exporter=\"otlp/tempo\""];
+        support::metric_value(&text, "otelcol_exporter_sent_spans_total", &exporter) == spans
+            && support::metric_value(&text, "otelcol_exporter_queue_size", &exporter) == 0.0
+    })
+    .await
+}
+
 /// Files named `*.seg` under `dir`, recursively, with their sizes.
 fn segment_bytes(dir: &Path) -> u64 {
     let mut total = 0;
@@ -178,13 +191,15 @@ async fn queued_spans_survive_a_shutdown_and_arrive_once() {
         "5s",
     ))
     .await;
-    let arrived = support::eventually(Duration::from_secs(20), || async {
-        sink.handle.span_count() >= 400
-    })
-    .await;
-    assert!(arrived, "only {} spans arrived", sink.handle.span_count());
-    // Anything delivered twice would arrive right behind the first copy.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let delivered = wait_delivered(&gateway, 400.0).await;
+    assert!(
+        delivered,
+        "only {} spans arrived\n{}",
+        sink.handle.span_count(),
+        support::scrape(&gateway).await
+    );
+    // Sent (400) equals received: nothing arrived twice, and nothing is left to send.
+    assert_eq!(sink.handle.span_count(), 400);
     let seen = arrivals(&sink);
     assert_eq!(seen.len(), 400, "every span arrives");
     assert!(seen.values().all(|&n| n == 1), "no span arrives twice");
@@ -272,12 +287,14 @@ async fn a_damaged_record_is_skipped_and_counted() {
         "5s",
     ))
     .await;
-    let arrived = support::eventually(Duration::from_secs(20), || async {
-        sink.handle.span_count() >= 150
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(arrived, "only {} spans arrived", sink.handle.span_count());
+    let delivered = wait_delivered(&gateway, 150.0).await;
+    assert!(
+        delivered,
+        "only {} spans arrived\n{}",
+        sink.handle.span_count(),
+        support::scrape(&gateway).await
+    );
+    assert_eq!(sink.handle.span_count(), 150, "sent equals received");
     let seen = arrivals(&sink);
     assert_eq!(seen.len(), 150);
     assert!(seen.values().all(|&n| n == 1));
@@ -302,10 +319,12 @@ async fn a_damaged_record_is_skipped_and_counted() {
 }
 
 /// Scenario: a persistent queue limited to 2 batches (`queue_size: 2`), the destination
-/// down, and a client sending 5 batches of 50 spans through a gateway.
-/// Guarantees: the queue never holds more than `queue_size` batches
-/// (`otelcol_exporter_queue_size` ≤ 2, `otelcol_exporter_queue_capacity` 2): a full queue
-/// makes export wait instead of dropping, and nothing is counted as dropped.
+/// down, and a client sending 5 batches of 50 spans through a gateway; the test waits until
+/// the receiver has accepted 3 of them and the queue has persisted 100 spans.
+/// Guarantees: the queue holds exactly `queue_size` batches (`otelcol_exporter_queue_size`
+/// 2, `otelcol_exporter_queue_capacity` 2) and has persisted no more than 2 batches (100
+/// spans) although a third was accepted upstream: a full queue makes export wait instead
+/// of dropping, and nothing is counted as dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_queue_waits_instead_of_dropping() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -316,20 +335,34 @@ async fn a_full_disk_queue_waits_instead_of_dropping() {
     let address = support::grpc_addr(&gateway).to_string();
     // Each request is one batch of 50; the client call returns once the pipeline took it.
     let sender = tokio::spawn(async move { send(&address, 5, 50).await });
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let text = support::scrape(&gateway).await;
     let exporter = ["exporter=\"otlp/tempo\""];
+    // Three batches past the receiver, two of them on disk: the third is at the queue.
+    let full = support::eventually(Duration::from_secs(20), || async {
+        let text = support::scrape(&gateway).await;
+        support::metric_value(&text, "otelcol_receiver_accepted_spans_total", &[]) >= 150.0
+            && support::metric_value(
+                &text,
+                "tailgate_exporter_queue_persisted_items_total",
+                &exporter,
+            ) >= 100.0
+    })
+    .await;
+    let text = support::scrape(&gateway).await;
+    assert!(full, "{text}");
     assert_eq!(
         support::metric_value(&text, "otelcol_exporter_queue_capacity", &exporter),
         2.0
     );
-    assert!(support::metric_value(&text, "otelcol_exporter_queue_size", &exporter) <= 2.0);
+    assert_eq!(
+        support::metric_value(&text, "otelcol_exporter_queue_size", &exporter),
+        2.0
+    );
     let persisted = support::metric_value(
         &text,
         "tailgate_exporter_queue_persisted_items_total",
         &exporter,
     );
-    assert!((50.0..=100.0).contains(&persisted), "{persisted}\n{text}");
+    assert_eq!(persisted, 100.0, "{text}");
     assert_eq!(
         support::metric_value(&text, "tailgate_spans_dropped_total", &[]),
         0.0
@@ -449,12 +482,16 @@ async fn kill_9_loses_no_acknowledged_span() {
     } = spawn_tailgate(&config_path, |metrics| {
         config(&sink_address, &queue_dir, metrics, "5s")
     });
-    let arrived = support::eventually(Duration::from_secs(20), || async {
-        sink.handle.span_count() >= 300
+    // Sent 300 and nothing left on disk: no further delivery, a duplicate included, can
+    // follow.
+    let arrived = support::eventually(Duration::from_secs(20), || {
+        let metrics = metrics.clone();
+        async move {
+            scrape_value(&metrics, "otelcol_exporter_sent_spans_total").await == 300.0
+                && scrape_value(&metrics, "otelcol_exporter_queue_size").await == 0.0
+        }
     })
     .await;
-    // Anything delivered twice would arrive right behind the first copy.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let replayed = scrape_value(&metrics, "tailgate_exporter_queue_replayed_items_total").await;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -475,6 +512,7 @@ async fn kill_9_loses_no_acknowledged_span() {
         sink.handle.span_count(),
         lines.join("\n")
     );
+    assert_eq!(sink.handle.span_count(), 300, "sent equals received");
     let seen = arrivals(&sink);
     let duplicates: usize = seen.values().map(|n| n - 1).sum();
     assert_eq!(seen.len(), 300, "every acknowledged span arrives");

@@ -12,6 +12,7 @@ mod overload;
 mod prometheus_e2e;
 mod pushback;
 mod remote_write;
+mod rw_outage;
 mod sampling;
 mod sdk_e2e;
 mod shutdown;

@@ -4,24 +4,24 @@
 //! The batch's request bytes go on the wire as they are: a bytes codec writes them without
 //! re-encoding; only the small response is decoded with prost.
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
 use http::Uri;
 use http::uri::{PathAndQuery, Scheme};
 use prost::Message;
+use tonic::Status;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status};
-use tonic_types::StatusExt;
 use tower::ServiceExt;
 
-use super::ExporterError;
-use super::metrics::RetryErrorType;
+use super::core::error::ExporterError;
+use super::core::outcome::{Accepted, AttemptError};
+use super::core::status;
+use super::core::transport::Transport;
+use super::otlp_wire::{ExportResponse, SignalKind};
 use super::tls::{self, Alpn};
-use super::transport::{Accepted, AttemptError, ExportResponse, SignalKind};
 use crate::config::{Compression, OtlpExporterConfig};
 
 /// The OTLP trace export method.
@@ -95,11 +95,17 @@ impl GrpcTransport {
             },
         })
     }
+}
+
+// === impl Transport for GrpcTransport ===
+
+impl Transport for GrpcTransport {
+    type Request = Bytes;
 
     /// One attempt, bounded by the per-attempt timeout (also sent as `grpc-timeout`).
-    pub(crate) async fn send(&self, request: Bytes) -> Result<Accepted, AttemptError> {
+    async fn send(&self, request: &Bytes, _attempt: u32) -> Result<Accepted, AttemptError> {
         let mut grpc = self.grpc.clone();
-        let mut req = tonic::Request::new(request);
+        let mut req = tonic::Request::new(request.clone());
         *req.metadata_mut() = self.metadata.clone();
         req.set_timeout(self.timeout);
         let path = self.path;
@@ -109,7 +115,7 @@ impl GrpcTransport {
                 .map_err(|e| AttemptError::transport(e.to_string()))?;
             grpc.unary(req, PathAndQuery::from_static(path), BytesCodec)
                 .await
-                .map_err(|status| classify(&status))
+                .map_err(|status| status::grpc(&status))
         };
         let response = tokio::time::timeout(self.timeout, attempt)
             .await
@@ -117,8 +123,8 @@ impl GrpcTransport {
             .into_inner();
         Ok(match response.partial_success {
             Some(p) => Accepted {
-                rejected_spans: p.rejected,
-                error_message: p.error_message,
+                rejected: p.rejected,
+                message: p.error_message,
             },
             None => Accepted::default(),
         })
@@ -162,36 +168,6 @@ fn with_scheme(uri: &Uri, scheme: Scheme, endpoint: &str) -> Result<Uri, Exporte
         endpoint: endpoint.to_owned(),
         reason: e.to_string(),
     })
-}
-
-/// Classifies a failed call by the Collector's OTLP exporter rules.
-///
-/// Retryable: `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`, `OUT_OF_RANGE`, `UNAVAILABLE`,
-/// `DATA_LOSS`, and `RESOURCE_EXHAUSTED` only when the server attached `RetryInfo`.
-/// A status that tonic synthesized from a local transport error (it has a `source`; a status
-/// sent by the server never does) is a transport failure and retryable whatever its code.
-/// Everything else is permanent.
-pub(crate) fn classify(status: &Status) -> AttemptError {
-    let message = format!("{:?}: {}", status.code(), status.message());
-    if status.source().is_some() {
-        return AttemptError::transport(message);
-    }
-    let retry_info = status.get_details_retry_info();
-    let throttle = retry_info.as_ref().and_then(|info| info.retry_delay);
-    let error_type = match status.code() {
-        Code::Unavailable => RetryErrorType::Unavailable,
-        Code::DeadlineExceeded => RetryErrorType::DeadlineExceeded,
-        Code::Cancelled | Code::Aborted | Code::OutOfRange | Code::DataLoss => {
-            RetryErrorType::Other
-        }
-        Code::ResourceExhausted if retry_info.is_some() => RetryErrorType::ResourceExhausted,
-        _ => return AttemptError::Permanent { message },
-    };
-    AttemptError::Retryable {
-        error_type,
-        throttle,
-        message,
-    }
 }
 
 /// Writes pre-encoded request bytes as they are; decodes the response with prost.
@@ -238,7 +214,6 @@ impl Decoder for BytesCodec {
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::*;
-    use tonic_types::{ErrorDetails, StatusExt};
 
     /// Scenario: endpoints with and without a scheme, with `insecure` on and off.
     /// Guarantees: `host:port` follows `insecure`; an explicit scheme wins; other schemes
@@ -260,63 +235,5 @@ mod tests {
         let (_, tls) = resolve_endpoint("https://tempo:4317", true).unwrap();
         assert!(tls);
         assert!(resolve_endpoint("ftp://tempo:4317", false).is_err());
-    }
-
-    /// Scenario: statuses of every class, as a server would send them.
-    /// Guarantees: the Collector's retryable set is retried with the right error type;
-    /// RESOURCE_EXHAUSTED is retried only with RetryInfo and carries its delay; the rest is
-    /// permanent.
-    #[test]
-    fn status_classification() {
-        let retryable = |s: Status| match classify(&s) {
-            AttemptError::Retryable {
-                error_type,
-                throttle,
-                ..
-            } => Some((error_type, throttle)),
-            AttemptError::Permanent { .. } => None,
-        };
-        assert_eq!(
-            retryable(Status::unavailable("x")),
-            Some((RetryErrorType::Unavailable, None))
-        );
-        assert_eq!(
-            retryable(Status::deadline_exceeded("x")),
-            Some((RetryErrorType::DeadlineExceeded, None))
-        );
-        for code in [
-            Code::Cancelled,
-            Code::Aborted,
-            Code::OutOfRange,
-            Code::DataLoss,
-        ] {
-            assert_eq!(
-                retryable(Status::new(code, "x")),
-                Some((RetryErrorType::Other, None))
-            );
-        }
-        assert_eq!(retryable(Status::resource_exhausted("x")), None);
-        let throttled = Status::with_error_details(
-            Code::ResourceExhausted,
-            "slow down",
-            ErrorDetails::with_retry_info(Some(Duration::from_millis(40))),
-        );
-        assert_eq!(
-            retryable(throttled),
-            Some((
-                RetryErrorType::ResourceExhausted,
-                Some(Duration::from_millis(40))
-            ))
-        );
-        for code in [
-            Code::InvalidArgument,
-            Code::Unauthenticated,
-            Code::PermissionDenied,
-            Code::Internal,
-            Code::Unimplemented,
-            Code::Unknown,
-        ] {
-            assert_eq!(retryable(Status::new(code, "x")), None);
-        }
     }
 }

@@ -14,7 +14,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use super::ExporterError;
+use super::core::error::ExporterError;
 use crate::config::TlsClientConfig;
 
 /// Which protocols to offer by ALPN.

@@ -421,6 +421,7 @@ impl Wiring for MetricsBatch {
             metrics,
             &builder.remote_write_families,
             storage,
+            Some(builder.budget),
         )
     }
 

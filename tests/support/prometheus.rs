@@ -448,6 +448,49 @@ impl Prometheus {
         }
     }
 
+    /// Stops the server like [`stop`](Self::stop), then holds its port until
+    /// [`restart_on`](Self::restart_on): nothing else can take the port meanwhile, and every
+    /// connection to it is accepted and closed at once, so that a remote-write client sees
+    /// the server as down (its requests fail without an answer).
+    pub async fn stop_holding_port(&mut self) -> PortHold {
+        self.stop().await;
+        let address = format!("127.0.0.1:{}", self.port);
+        // The old server's connections may linger in TIME_WAIT; std sets SO_REUSEADDR, so
+        // the bind succeeds unless another process took the port in the instant between.
+        let listener = std::net::TcpListener::bind(&address)
+            .unwrap_or_else(|e| panic!("hold port {address}: {e}"));
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let thread = {
+            let running = running.clone();
+            std::thread::spawn(move || {
+                // Bounded: until released, and at most 10 minutes.
+                let deadline = std::time::Instant::now() + Duration::from_secs(600);
+                while running.load(std::sync::atomic::Ordering::Relaxed)
+                    && std::time::Instant::now() < deadline
+                {
+                    match listener.accept() {
+                        Ok((stream, _)) => drop(stream),
+                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            })
+        };
+        PortHold {
+            running,
+            thread: Some(thread),
+        }
+    }
+
+    /// Releases the port held by `hold` and restarts the server on it at once (see
+    /// [`restart`](Self::restart)).
+    pub async fn restart_on(&mut self, hold: PortHold) {
+        drop(hold);
+        self.restart().await;
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
@@ -499,6 +542,23 @@ impl Prometheus {
         let result = self.query(promql, time).await;
         assert!(result.len() <= 1, "{promql}: {result:?}");
         result.first().map(|(_, v)| *v)
+    }
+}
+
+/// A stopped server's port, held by the test (see [`Prometheus::stop_holding_port`]);
+/// released on drop.
+pub struct PortHold {
+    running: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for PortHold {
+    fn drop(&mut self) {
+        self.running
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
 use super::translate::DropReason;
 use crate::config::ComponentId;
-use crate::exporter::{ExporterMetricFamilies, ExporterMetrics, FailureReason};
+use crate::exporter::core::metrics::{ExporterMetricFamilies, ExporterMetrics};
 
 /// Metric names and help texts, in one place.
 mod desc {
@@ -133,18 +133,6 @@ pub struct RemoteWriteMetrics {
 }
 
 impl RemoteWriteMetrics {
-    pub(crate) fn record_sent(&self, points: usize) {
-        self.shared.record_sent(points);
-    }
-
-    pub(crate) fn record_failed(&self, reason: FailureReason, points: usize) {
-        self.shared.record_failed(reason, points);
-    }
-
-    pub(crate) fn record_enqueue_failed(&self, points: usize) {
-        self.shared.record_enqueue_failed(points);
-    }
-
     pub(crate) fn record_fallback(&self) {
         self.fallbacks.inc();
     }

@@ -32,7 +32,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
     exponential_histogram_data_point::Buckets, metric::Data, number_data_point,
 };
 
-use super::prompb::{
+use super::proto::prompb::{
     BucketSpan, Exemplar, Histogram, Label, MetricMetadata, Sample, TimeSeries, histogram,
     metric_metadata::MetricType,
 };

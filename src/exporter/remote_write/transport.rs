@@ -19,12 +19,14 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::RemoteWriteConfig;
-use crate::exporter::ExporterError;
-use crate::exporter::metrics::RetryErrorType;
-use crate::exporter::otlp_http::{error_chain, read_limited};
-use crate::exporter::retry::retry_after_header;
+use crate::exporter::core::error::ExporterError;
+use crate::exporter::core::http::{
+    MAX_RESPONSE_BODY, error_chain, header_map, parse_url, read_limited, retry_after_header,
+    status_message,
+};
+use crate::exporter::core::outcome::AttemptError;
+use crate::exporter::core::status::{self, REMOTE_WRITE_BODY_EXCERPT};
 use crate::exporter::tls::{self, Alpn};
-use crate::exporter::transport::AttemptError;
 
 /// The remote-write protocol version header value (1.0 receivers).
 pub const REMOTE_WRITE_VERSION: &str = "0.1.0";
@@ -94,12 +96,6 @@ pub(crate) enum Reply {
     },
 }
 
-/// At most this much of a response body is read.
-const MAX_RESPONSE_BODY: usize = 64 * 1024;
-
-/// How much of an error body goes into the error message (logged as the receiver wrote it).
-const ERROR_BODY_EXCERPT: usize = 1024;
-
 /// POSTs compressed `WriteRequest`s to the endpoint over a pooled hyper client.
 pub(crate) struct RemoteWriteTransport {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
@@ -111,27 +107,10 @@ pub(crate) struct RemoteWriteTransport {
 impl RemoteWriteTransport {
     /// Builds the client for `config`.
     pub(crate) fn new(config: &RemoteWriteConfig) -> Result<Self, ExporterError> {
-        let invalid = |reason: String| ExporterError::InvalidEndpoint {
-            endpoint: config.endpoint.clone(),
-            reason,
-        };
-        let uri: Uri = config
-            .endpoint
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| invalid(e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http" | "https") if uri.authority().is_some() => {}
-            _ => return Err(invalid("expected an http:// or https:// URL".to_owned())),
-        }
+        let uri = parse_url(&config.endpoint)?;
         let connector = tls::https_connector(&config.tls, Alpn::H2AndHttp1)?;
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        let mut headers = HeaderMap::new();
-        for (name, value) in &config.headers {
-            let invalid = || ExporterError::InvalidHeader { name: name.clone() };
-            let key = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
-            let value = HeaderValue::from_str(value).map_err(|_| invalid())?;
-            headers.insert(key, value);
-        }
+        let mut headers = header_map(&config.headers)?;
         // The protocol's headers last, so that no custom header replaces them (the config
         // already refuses them).
         // `Content-Type` and the version header are set per request, by protocol.
@@ -228,9 +207,8 @@ pub(crate) fn answer(
         if status == StatusCode::UNSUPPORTED_MEDIA_TYPE
             || (status == StatusCode::BAD_REQUEST && names_unsupported_message(body))
         {
-            let excerpt = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_EXCERPT)]);
             return Ok(Reply::Unsupported {
-                message: format!("HTTP {status}: {}", excerpt.trim()),
+                message: status_message(status, body, REMOTE_WRITE_BODY_EXCERPT),
             });
         }
     }
@@ -239,14 +217,15 @@ pub(crate) fn answer(
     if status.is_success() {
         return Ok(Reply::Accepted(written));
     }
-    Err(classify(status, retry_after, body))
+    Err(status::remote_write(status, retry_after, body))
 }
 
 /// Whether a 400 body says the request's message or content type is not supported: what
 /// 1.x receivers answer a 2.0 request when they check the `Content-Type` (the spec tells
 /// senders to expect 400 there). The wire offers nothing but this text to go by.
 fn names_unsupported_message(body: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_EXCERPT)]).to_lowercase();
+    let text =
+        String::from_utf8_lossy(&body[..body.len().min(REMOTE_WRITE_BODY_EXCERPT)]).to_lowercase();
     let refuses = [
         "unsupported",
         "not supported",
@@ -269,67 +248,10 @@ fn names_unsupported_message(body: &[u8]) -> bool {
     refuses && about_message
 }
 
-/// Classifies a non-2xx answer by the remote-write rules: 5xx and 429 are retried (with the
-/// `Retry-After` hint), every other status is permanent.
-pub(crate) fn classify(
-    status: StatusCode,
-    retry_after: Option<Duration>,
-    body: &[u8],
-) -> AttemptError {
-    let excerpt = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_EXCERPT)]);
-    let message = format!("HTTP {status}: {}", excerpt.trim());
-    let error_type = match status.as_u16() {
-        429 => RetryErrorType::Http429,
-        500..=599 => RetryErrorType::Http5xx,
-        _ => return AttemptError::Permanent { message },
-    };
-    AttemptError::Retryable {
-        error_type,
-        throttle: retry_after,
-        message,
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::*;
-
-    /// Scenario: every status class remote write distinguishes.
-    /// Guarantees: 429 and every 5xx are retryable with the `Retry-After` hint; 400, 401,
-    /// 404, 413 and 415 are permanent and carry the receiver's message.
-    #[test]
-    fn status_classification() {
-        let hint = Some(Duration::from_secs(2));
-        assert_eq!(
-            classify(StatusCode::TOO_MANY_REQUESTS, hint, b""),
-            AttemptError::Retryable {
-                error_type: RetryErrorType::Http429,
-                throttle: hint,
-                message: "HTTP 429 Too Many Requests: ".to_owned(),
-            }
-        );
-        for code in [500, 502, 503, 504] {
-            let status = StatusCode::from_u16(code).unwrap();
-            assert!(matches!(
-                classify(status, hint, b"busy"),
-                AttemptError::Retryable {
-                    error_type: RetryErrorType::Http5xx,
-                    throttle: Some(_),
-                    ..
-                }
-            ));
-        }
-        for code in [400, 401, 404, 413, 415] {
-            let status = StatusCode::from_u16(code).unwrap();
-            match classify(status, hint, b"out of order sample\n") {
-                AttemptError::Permanent { message } => {
-                    assert!(message.ends_with("out of order sample"), "{message}");
-                }
-                other => panic!("{code}: {other:?}"),
-            }
-        }
-    }
 
     /// Scenario: the answers a 2.0 request can get: 204 with and without `*-Written`
     /// headers, 415, 400 naming the content type, 400 for a bad sample, 503; and the same

@@ -16,8 +16,8 @@
 
 use std::collections::HashMap;
 
-use super::prompb::{self, MetricMetadata, metric_metadata::MetricType};
-use super::writev2::{
+use super::proto::prompb::{self, MetricMetadata, metric_metadata::MetricType};
+use super::proto::writev2::{
     BucketSpan, Exemplar, Histogram, Metadata, Request, Sample, TimeSeries, histogram,
 };
 

@@ -1,5 +1,5 @@
 //! The persistent queue's files: append-only segments of checksummed records and the read
-//! position. Synchronous: the async layer ([`super::disk_queue`]) calls it from blocking
+//! position. Synchronous: the async layer (`disk_queue.rs`) calls it from blocking
 //! tasks, under one mutex.
 //!
 //! A queue directory holds:
@@ -199,8 +199,8 @@ pub(crate) struct Store {
 
 impl Store {
     /// Opens (creating if needed) the queue directory `dir`, whose parent must exist, and
-    /// recovers the records an earlier process left undone. Blocks up to
-    /// `options.lock_timeout` for the directory's lock.
+    /// recovers the records an earlier process left undone. Blocks (sleeping) up to
+    /// `options.lock_timeout` for the directory's lock: call it on a blocking thread.
     ///
     /// # Errors
     ///
@@ -434,11 +434,6 @@ impl Store {
         self.unread.pop_front()
     }
 
-    /// Records not yet handed out.
-    pub(crate) fn unread(&self) -> usize {
-        self.unread.len()
-    }
-
     /// The path of segment `index`.
     pub(crate) fn segment_path(&self, index: u64) -> PathBuf {
         segment_path(&self.dir, index)
@@ -607,7 +602,9 @@ fn lock(dir: &Path, timeout: Duration) -> Result<File, StoreError> {
         .write(true)
         .open(&path)
         .map_err(io_error("create", &path))?;
-    // std's Instant: this runs in a blocking context at startup, outside tokio time.
+    // std's Instant and a thread sleep: the disk queue opens the store on the blocking
+    // pool (`spawn_blocking`), never on an async worker, and tokio's (possibly paused) clock
+    // does not govern this wait.
     let started = std::time::Instant::now();
     loop {
         match file.try_lock() {

@@ -17,23 +17,30 @@
 //! deliver until the queue is empty or the deadline; what is left stays on disk and is not
 //! counted as dropped. Delivery is at least once: a batch delivered just before a crash
 //! (before its ack was written) is delivered again after the restart.
+//!
+//! Opening: the directory's lock may be held for a while by a process still shutting down
+//! (`file_storage.timeout`), and recovery reads every segment. Both block, so the store is
+//! opened on the blocking pool while the exporter starts; `export` waits until it is open.
 
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::deliver::BatchDelivery;
+use super::error::ExportError;
 use super::metrics::DiskQueueMetrics;
+use super::outcome::Outcome;
 use super::queue::ABORT_SLACK;
-use super::retry::{Outcome, deliver};
 use super::segment::{self, Corruption, RecordRef, Store, StoreError, StoreOptions};
-use super::{ExportError, Shared};
+use super::state::Shared;
+use super::transport::Transport;
 use crate::config::{ComponentId, FileStorageConfig};
 use crate::limiter::MemoryBudget;
 use crate::payload::Payload;
@@ -60,10 +67,23 @@ pub(crate) fn queue_dir(base: &Path, id: &ComponentId, signal: &str) -> PathBuf 
     base.join(name).join(signal)
 }
 
+/// Where opening the store stands.
+#[derive(Clone)]
+enum Opening {
+    /// The store is being opened (waiting for its lock, or scanning), off the async workers.
+    Pending,
+    /// Open; consumers are running.
+    Ready(Arc<QueueInner>),
+    /// It could not be opened; the reason was logged once.
+    Failed(Arc<str>),
+}
+
 /// The persistent queue of one exporter and signal.
 pub(crate) struct DiskQueue<P> {
-    inner: Arc<QueueInner>,
-    consumers: Mutex<Vec<JoinHandle<()>>>,
+    state: watch::Receiver<Opening>,
+    opener: Mutex<Option<JoinHandle<()>>>,
+    /// Filled by the opener once the store is open.
+    consumers: Arc<Mutex<Vec<JoinHandle<()>>>>,
     _payload: PhantomData<fn() -> P>,
 }
 
@@ -80,7 +100,7 @@ struct QueueInner {
     /// Charged for batches read back from disk while they are delivered.
     budget: Option<Arc<MemoryBudget>>,
     metrics: DiskQueueMetrics,
-    disk_bytes: Arc<std::sync::atomic::AtomicU64>,
+    disk_bytes: Arc<AtomicU64>,
     /// True while disk writes fail (logged on the transitions only).
     write_failing: AtomicBool,
 }
@@ -132,23 +152,39 @@ impl QueueInner {
     }
 }
 
+/// What opening the store needs, moved into the opener task.
+struct OpenPlan {
+    base: PathBuf,
+    dir: PathBuf,
+    permissions: u32,
+    options: StoreOptions,
+    budget: Option<Arc<MemoryBudget>>,
+    capacity: usize,
+    consumers: usize,
+}
+
 impl<P: Payload> DiskQueue<P> {
-    /// Opens (and recovers) the queue of exporter `id` under `storage.directory` and spawns
-    /// `consumers` workers. Records an earlier run left undelivered are queued first,
-    /// counted in `tailgate_exporter_queue_replayed_items_total`; damaged ones are reported.
+    /// Starts opening (and recovering) the queue of exporter `id` under
+    /// `storage.directory`, and returns at once: the directory's lock is waited for (up to
+    /// `storage.timeout`) and the directory scanned on a blocking-pool thread, never on an
+    /// async worker. Once open, records an earlier run left undelivered are queued first,
+    /// counted in `tailgate_exporter_queue_replayed_items_total`, damaged ones are reported,
+    /// and `consumers` workers start delivering with `delivery`. Until then [`push`] waits;
+    /// if the store cannot be opened, the reason is logged once
+    /// (`exporter.queue.open_failed`) and every [`push`] is refused.
     ///
-    /// Blocks while the directory is scanned (at startup only).
+    /// [`push`]: Self::push
     ///
     /// # Errors
     ///
-    /// [`StoreError`] when the directory is missing (and may not be created), locked by
-    /// another process, or unreadable.
+    /// [`StoreError::Missing`] when `storage.directory` does not exist and may not be
+    /// created.
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
-    pub(crate) fn start(
-        shared: &Arc<Shared>,
+    pub(crate) fn start<T: Transport<Request = Bytes>>(
+        delivery: &Arc<BatchDelivery<T>>,
         id: &ComponentId,
         storage: &FileStorageConfig,
         budget: Option<Arc<MemoryBudget>>,
@@ -156,75 +192,76 @@ impl<P: Payload> DiskQueue<P> {
         consumers: usize,
     ) -> Result<Self, StoreError> {
         let base = &storage.directory;
-        if !base.is_dir() {
-            if !storage.create_directory {
-                return Err(StoreError::Missing { path: base.clone() });
-            }
-            create_dir(base, storage.directory_permissions)?;
+        if !storage.create_directory && !base.is_dir() {
+            return Err(StoreError::Missing { path: base.clone() });
         }
-        let dir = queue_dir(base, id, P::SIGNAL.as_str());
-        if let Some(parent) = dir.parent() {
-            create_dir(parent, storage.directory_permissions)?;
-        }
-        let options = StoreOptions {
-            fsync: storage.fsync,
-            max_bytes: storage.max_size,
-            max_records: capacity,
-            // Small enough that a few segments fit the limit, so that space freed by
-            // delivery is given back (a segment is deleted only when all of it is done).
-            segment_bytes: (storage.max_size / 4).clamp(64 << 10, segment::SEGMENT_BYTES),
-            lock_timeout: storage.timeout,
-        };
-        let (store, recovered) = Store::open(&dir, options)?;
-        let metrics = shared.metrics.disk_queue();
-        let live = store.live_counter();
-        let disk_bytes = store.disk_bytes_counter();
-        let inner = Arc::new(QueueInner {
-            store: Mutex::new(store),
-            dir: dir.clone(),
-            available: Notify::new(),
-            room: Notify::new(),
+        let plan = OpenPlan {
+            base: base.clone(),
+            dir: queue_dir(base, id, P::SIGNAL.as_str()),
+            permissions: storage.directory_permissions,
+            options: StoreOptions {
+                fsync: storage.fsync,
+                max_bytes: storage.max_size,
+                max_records: capacity,
+                // Small enough that a few segments fit the limit, so that space freed by
+                // delivery is given back (a segment is deleted only when all of it is done).
+                segment_bytes: (storage.max_size / 4).clamp(64 << 10, segment::SEGMENT_BYTES),
+                lock_timeout: storage.timeout,
+            },
             budget,
-            metrics,
-            disk_bytes,
-            write_failing: AtomicBool::new(false),
-        });
-        for corruption in &recovered.corrupt {
-            inner.report(&shared.id, corruption);
-        }
-        inner.metrics.replayed.inc_by(recovered.items);
-        inner.publish_disk_bytes();
-        let weak = Arc::downgrade(&inner);
-        shared.metrics.observe_queue(
             capacity,
-            Box::new(move || weak.upgrade().map(|_| live.load(Ordering::Acquire))),
-        );
-        tracing::info!(
-            event = "exporter.queue.opened",
-            exporter = %shared.id,
-            directory = %dir.display(),
-            replayed_batches = recovered.records,
-            replayed_items = recovered.items,
-            corrupt_records = recovered.corrupt.len(),
-            disk_bytes = inner.disk_bytes.load(Ordering::Acquire),
-        );
-        let handles = (0..consumers)
-            .map(|_| tokio::spawn(consume::<P>(shared.clone(), inner.clone())))
-            .collect();
+            consumers,
+        };
+        let (state_tx, state) = watch::channel(Opening::Pending);
+        let handles = Arc::new(Mutex::new(Vec::new()));
+        let opener = tokio::spawn(open::<P, T>(
+            delivery.clone(),
+            plan,
+            state_tx,
+            handles.clone(),
+        ));
         Ok(Self {
-            inner,
-            consumers: Mutex::new(handles),
+            state,
+            opener: Mutex::new(Some(opener)),
+            consumers: handles,
             _payload: PhantomData,
         })
     }
 
-    /// Writes `batch` to disk, waiting while the queue is full (backpressure) or the disk
-    /// write fails, and drops it from memory.
+    /// The open store, waiting while it is being opened.
+    async fn ready(&self, shared: &Shared, items: usize) -> Result<Arc<QueueInner>, ExportError> {
+        let mut state = self.state.clone();
+        let opened = tokio::select! {
+            biased;
+            () = shared.closed() => None,
+            state = state.wait_for(|s| !matches!(s, Opening::Pending)) => {
+                state.ok().map(|s| s.clone())
+            }
+        };
+        match opened {
+            Some(Opening::Ready(inner)) => Ok(inner),
+            Some(Opening::Failed(message)) => {
+                shared.refuse(items);
+                Err(ExportError::QueueUnavailable {
+                    items,
+                    message: message.to_string(),
+                })
+            }
+            Some(Opening::Pending) | None => {
+                shared.refuse(items);
+                Err(ExportError::ShutDown { items })
+            }
+        }
+    }
+
+    /// Writes `batch` to disk, waiting while the store is being opened, while the queue is
+    /// full (backpressure), or while the disk write fails, and drops it from memory.
     ///
     /// # Errors
     ///
-    /// [`ExportError::ShutDown`] once shutdown has begun before the batch was written (it
-    /// is then counted in `otelcol_exporter_enqueue_failed_*`).
+    /// [`ExportError::ShutDown`] once shutdown has begun before the batch was written, and
+    /// [`ExportError::QueueUnavailable`] when the store could not be opened (both counted
+    /// in `otelcol_exporter_enqueue_failed_*`).
     ///
     /// # Cancel safety
     ///
@@ -232,31 +269,31 @@ impl<P: Payload> DiskQueue<P> {
     /// delivered (the caller, believing otherwise, might send it twice).
     pub(crate) async fn push(&self, shared: &Shared, batch: P) -> Result<(), ExportError> {
         let items = batch.item_count();
-        let mut closed = shared.closed.subscribe();
+        let inner = self.ready(shared, items).await?;
         loop {
-            let room = self.inner.room.notified();
+            let room = inner.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            if *closed.borrow() {
-                shared.metrics.record_enqueue_failed(items);
-                return Err(ExportError::ShutDown { spans: items });
+            if shared.is_closed() {
+                shared.refuse(items);
+                return Err(ExportError::ShutDown { items });
             }
-            let inner = self.inner.clone();
+            let writer = inner.clone();
             let request = batch.request().clone();
             let count = u32::try_from(items).unwrap_or(u32::MAX);
             let written =
-                tokio::task::spawn_blocking(move || inner.lock().append(&request, count)).await;
+                tokio::task::spawn_blocking(move || writer.lock().append(&request, count)).await;
             let failure = match written {
                 Ok(Ok(Some(_))) => {
-                    if self.inner.write_failing.swap(false, Ordering::Relaxed) {
+                    if inner.write_failing.swap(false, Ordering::Relaxed) {
                         tracing::info!(
                             event = "exporter.queue.write_recovered",
-                            exporter = %shared.id,
+                            exporter = %shared.id(),
                         );
                     }
-                    self.inner.metrics.persisted.inc_by(items as u64);
-                    self.inner.publish_disk_bytes();
-                    self.inner.available.notify_waiters();
+                    inner.metrics.persisted.inc_by(items as u64);
+                    inner.publish_disk_bytes();
+                    inner.available.notify_waiters();
                     // The batch, and its memory-budget charge, are released here.
                     drop(batch);
                     return Ok(());
@@ -265,7 +302,7 @@ impl<P: Payload> DiskQueue<P> {
                     // Full: wait for a delivery to free room, or for shutdown.
                     tokio::select! {
                         biased;
-                        _ = closed.wait_for(|closed| *closed) => {}
+                        () = shared.closed() => {}
                         () = room => {}
                     }
                     continue;
@@ -273,10 +310,10 @@ impl<P: Payload> DiskQueue<P> {
                 Ok(Err(error)) => error.to_string(),
                 Err(error) => error.to_string(),
             };
-            if !self.inner.write_failing.swap(true, Ordering::Relaxed) {
+            if !inner.write_failing.swap(true, Ordering::Relaxed) {
                 tracing::error!(
                     event = "exporter.queue.write_failed",
-                    exporter = %shared.id,
+                    exporter = %shared.id(),
                     error = %failure,
                     retry_in = %humantime::format_duration(WRITE_RETRY),
                     "cannot write to the persistent queue; export waits until it can",
@@ -284,17 +321,31 @@ impl<P: Payload> DiskQueue<P> {
             }
             tokio::select! {
                 biased;
-                _ = closed.wait_for(|closed| *closed) => {}
+                () = shared.closed() => {}
                 () = tokio::time::sleep(WRITE_RETRY) => {}
             }
         }
     }
 
-    /// Lets the consumers deliver until the queue is empty or `deadline` (the caller has
-    /// set `closed` and the deadline), then syncs the files. What is not delivered stays on
-    /// disk for the next start.
+    /// Lets the consumers deliver until the queue is empty or `deadline`
+    /// ([`Shared::shutdown`] has closed intake and set the deadline), then syncs the files.
+    /// What is not delivered stays on disk for the next start. A store still being opened
+    /// at the deadline is given up.
     pub(crate) async fn drain(&self, shared: &Shared, deadline: Instant) {
-        self.inner.available.notify_waiters();
+        let opener = self.opener.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(opener) = opener {
+            let abort = opener.abort_handle();
+            if tokio::time::timeout_at(deadline + ABORT_SLACK, opener)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        let Opening::Ready(inner) = self.state.borrow().clone() else {
+            return;
+        };
+        inner.available.notify_waiters();
         let handles =
             std::mem::take(&mut *self.consumers.lock().unwrap_or_else(|e| e.into_inner()));
         for handle in handles {
@@ -306,32 +357,126 @@ impl<P: Payload> DiskQueue<P> {
                 abort.abort();
             }
         }
-        let inner = self.inner.clone();
+        let syncing = inner.clone();
         let synced = tokio::task::spawn_blocking(move || {
-            let mut store = inner.lock();
-            store.sync().map(|()| (store.live(), store.unread()))
+            let mut store = syncing.lock();
+            store.sync().map(|()| store.live())
         })
         .await;
         match synced {
-            Ok(Ok((left, _))) => tracing::info!(
+            Ok(Ok(left)) => tracing::info!(
                 event = "exporter.queue.closed",
-                exporter = %shared.id,
-                directory = %self.inner.dir.display(),
+                exporter = %shared.id(),
+                directory = %inner.dir.display(),
                 batches_on_disk = left,
-                disk_bytes = self.inner.disk_bytes.load(Ordering::Acquire),
+                disk_bytes = inner.disk_bytes.load(Ordering::Acquire),
             ),
             Ok(Err(error)) => tracing::warn!(
                 event = "exporter.queue.sync_failed",
-                exporter = %shared.id,
+                exporter = %shared.id(),
                 error = %error,
             ),
             Err(error) => tracing::warn!(
                 event = "exporter.queue.sync_failed",
-                exporter = %shared.id,
+                exporter = %shared.id(),
                 error = %error,
             ),
         }
     }
+}
+
+/// Opens the store off the async workers, then starts the consumers and publishes the
+/// outcome.
+async fn open<P: Payload, T: Transport<Request = Bytes>>(
+    delivery: Arc<BatchDelivery<T>>,
+    plan: OpenPlan,
+    state: watch::Sender<Opening>,
+    handles: Arc<Mutex<Vec<JoinHandle<()>>>>,
+) {
+    let shared = delivery.shared().clone();
+    let OpenPlan {
+        base,
+        dir,
+        permissions,
+        options,
+        budget,
+        capacity,
+        consumers,
+    } = plan;
+    let opening_dir = dir.clone();
+    // The lock wait sleeps and the scan reads every segment: both block, so they run on
+    // the blocking pool.
+    let opened = tokio::task::spawn_blocking(move || {
+        create_dir(&base, permissions)?;
+        if let Some(parent) = opening_dir.parent() {
+            create_dir(parent, permissions)?;
+        }
+        Store::open(&opening_dir, options)
+    })
+    .await;
+    let (store, recovered) = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(error)) => {
+            fail(&shared, &dir, &state, error.to_string());
+            return;
+        }
+        Err(error) => {
+            fail(&shared, &dir, &state, error.to_string());
+            return;
+        }
+    };
+    let live = store.live_counter();
+    let disk_bytes = store.disk_bytes_counter();
+    let inner = Arc::new(QueueInner {
+        store: Mutex::new(store),
+        dir: dir.clone(),
+        available: Notify::new(),
+        room: Notify::new(),
+        budget,
+        metrics: shared.metrics().disk_queue(),
+        disk_bytes,
+        write_failing: AtomicBool::new(false),
+    });
+    for corruption in &recovered.corrupt {
+        inner.report(shared.id(), corruption);
+    }
+    inner.metrics.replayed.inc_by(recovered.items);
+    inner.publish_disk_bytes();
+    let weak = Arc::downgrade(&inner);
+    shared.metrics().observe_queue(
+        capacity,
+        Box::new(move || weak.upgrade().map(|_| live.load(Ordering::Acquire))),
+    );
+    tracing::info!(
+        event = "exporter.queue.opened",
+        exporter = %shared.id(),
+        directory = %dir.display(),
+        replayed_batches = recovered.records,
+        replayed_items = recovered.items,
+        corrupt_records = recovered.corrupt.len(),
+        disk_bytes = inner.disk_bytes.load(Ordering::Acquire),
+    );
+    // No await from here on: an abort of this task either spawns every consumer or none.
+    let spawned: Vec<_> = (0..consumers)
+        .map(|_| tokio::spawn(consume::<P, T>(delivery.clone(), inner.clone())))
+        .collect();
+    handles
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(spawned);
+    let _ = state.send_replace(Opening::Ready(inner));
+}
+
+/// The store could not be opened: logged once; every later push is refused.
+fn fail(shared: &Shared, dir: &Path, state: &watch::Sender<Opening>, message: String) {
+    tracing::error!(
+        event = "exporter.queue.open_failed",
+        exporter = %shared.id(),
+        directory = %dir.display(),
+        error = %message,
+        "the persistent sending queue cannot be opened; exports to this exporter are refused",
+    );
+    let _ = state.send_replace(Opening::Failed(message.into()));
 }
 
 /// Creates `dir` and its parents with `mode` (minus the umask).
@@ -350,21 +495,24 @@ fn create_dir(dir: &Path, mode: u32) -> Result<(), StoreError> {
 
 /// One consumer: takes records in order and delivers them until the queue is closed and
 /// has nothing unread, or the shutdown deadline passes.
-async fn consume<P: Payload>(shared: Arc<Shared>, inner: Arc<QueueInner>) {
-    let mut closed = shared.closed.subscribe();
-    let mut deadline = shared.deadline.subscribe();
+async fn consume<P: Payload, T: Transport<Request = Bytes>>(
+    delivery: Arc<BatchDelivery<T>>,
+    inner: Arc<QueueInner>,
+) {
+    let shared = delivery.shared().clone();
+    let mut deadline = shared.deadline();
     loop {
         let available = inner.available.notified();
         tokio::pin!(available);
         available.as_mut().enable();
         let next = inner.lock().take();
         let Some(record) = next else {
-            if *closed.borrow() {
+            if shared.is_closed() {
                 return;
             }
             tokio::select! {
                 biased;
-                _ = closed.wait_for(|closed| *closed) => {}
+                () = shared.closed() => {}
                 () = available => {}
             }
             continue;
@@ -377,8 +525,8 @@ async fn consume<P: Payload>(shared: Arc<Shared>, inner: Arc<QueueInner>) {
         let request = match read {
             Ok(Ok(request)) => request,
             Ok(Err(Ok(corruption))) => {
-                inner.report(&shared.id, &corruption);
-                inner.ack(&shared.id, record).await;
+                inner.report(shared.id(), &corruption);
+                inner.ack(shared.id(), record).await;
                 continue;
             }
             Ok(Err(Err(error))) => {
@@ -388,9 +536,9 @@ async fn consume<P: Payload>(shared: Arc<Shared>, inner: Arc<QueueInner>) {
                     offset: record.offset,
                     reason: "record cannot be read",
                 };
-                tracing::warn!(event = "exporter.queue.read_failed", exporter = %shared.id, error = %error);
-                inner.report(&shared.id, &corruption);
-                inner.ack(&shared.id, record).await;
+                tracing::warn!(event = "exporter.queue.read_failed", exporter = %shared.id(), error = %error);
+                inner.report(shared.id(), &corruption);
+                inner.ack(shared.id(), record).await;
                 continue;
             }
             Err(_) => return, // the runtime is shutting down
@@ -399,13 +547,13 @@ async fn consume<P: Payload>(shared: Arc<Shared>, inner: Arc<QueueInner>) {
         if let Some(budget) = &inner.budget {
             batch = batch.charged(budget);
         }
-        let outcome = deliver(&shared, &batch, &mut deadline).await;
+        let outcome = delivery.attempt(&batch, &mut deadline).await;
         if matches!(outcome, Outcome::ShutDown) {
             return; // the deadline passed: the record stays on disk for the next start
         }
-        shared.record_outcome(&batch, &outcome);
+        shared.record(batch.item_count(), &outcome);
         drop(batch);
-        inner.ack(&shared.id, record).await;
+        inner.ack(shared.id(), record).await;
     }
 }
 

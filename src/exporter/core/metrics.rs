@@ -146,7 +146,7 @@ pub enum RetryErrorType {
     DeadlineExceeded,
     /// HTTP 429.
     Http429,
-    /// HTTP 502, 503, 504.
+    /// HTTP 5xx: 502, 503, 504 for OTLP/HTTP, any 5xx for remote write.
     Http5xx,
     /// The connection could not be made or broke.
     Transport,
@@ -345,6 +345,11 @@ pub(crate) struct DiskQueueMetrics {
 }
 
 impl ExporterMetrics {
+    /// `traces` or `metrics`: what the item counters count (spans or data points).
+    pub(crate) fn data_type(&self) -> &'static str {
+        self.data_type
+    }
+
     /// Handles for this exporter's persistent queue; creates its series at zero.
     pub(crate) fn disk_queue(&self) -> DiskQueueMetrics {
         let labels = [self.exporter.as_str(), self.data_type];

@@ -1,14 +1,15 @@
-//! The exporter's log events: state transitions and rate-limited losses, never one line per
-//! request.
+//! The exporters' log events: state transitions and rate-limited losses, never one line per
+//! request. Every event carries `exporter` (the id as written) and, where items are
+//! counted, `data_type` (`traces`: items are spans; `metrics`: data points).
 //!
 //! | event | level | when |
 //! |---|---|---|
 //! | `exporter.started` | info | the exporter was built |
 //! | `exporter.retry` | warn | the destination starts failing retryably (healthy → failing) |
 //! | `exporter.recovered` | info | an attempt succeeds again (failing → healthy) |
-//! | `exporter.dropped` | error | spans were dropped (permanent error, retries exhausted); at most once per [`DROP_LOG_INTERVAL`], with the count of what was not logged |
-//! | `exporter.partial_success` | warn | the destination's partial-success message changes |
-//! | `exporter.shutdown` | info / error | once, when shutdown completes; error if spans were dropped |
+//! | `exporter.dropped` | error | items were dropped (permanent error, retries exhausted, or rejected by a partial success); at most once per [`DROP_LOG_INTERVAL`], with the count of what was not logged |
+//! | `exporter.partial_success` | warn | the destination's message on an accepted request changes (nothing rejected) |
+//! | `exporter.shutdown` | info / error | once, when shutdown completes; error if items were dropped |
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,11 +22,13 @@ use super::metrics::{FailureReason, RetryErrorType};
 /// At most one `exporter.dropped` line per this interval per exporter.
 pub(crate) const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Remembers what was last logged, so that only changes are.
+/// Remembers what was last logged for one exporter, so that only changes are.
 ///
 /// The mutexes are std ones: held for a compare-and-set, never across an await.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Health {
+    exporter: String,
+    data_type: &'static str,
     failing: AtomicBool,
     drops: Mutex<DropLog>,
     partial_success: Mutex<Option<String>>,
@@ -34,15 +37,35 @@ pub(crate) struct Health {
 #[derive(Debug, Default)]
 struct DropLog {
     last_logged: Option<Instant>,
-    suppressed_batches: u64,
-    suppressed_spans: u64,
+    suppressed_requests: u64,
+    suppressed_items: u64,
 }
 
 impl Health {
+    /// The log state of exporter `exporter` carrying `data_type`.
+    pub(crate) fn new(exporter: String, data_type: &'static str) -> Self {
+        Self {
+            exporter,
+            data_type,
+            failing: AtomicBool::new(false),
+            drops: Mutex::new(DropLog::default()),
+            partial_success: Mutex::new(None),
+        }
+    }
+
+    /// The exporter id as written.
+    pub(crate) fn exporter(&self) -> &str {
+        &self.exporter
+    }
+
+    /// `traces` or `metrics`.
+    pub(crate) fn data_type(&self) -> &'static str {
+        self.data_type
+    }
+
     /// A retryable attempt failed; logs only when the exporter was healthy until now.
     pub(crate) fn attempt_failed(
         &self,
-        exporter: &str,
         error_type: RetryErrorType,
         delay: Duration,
         message: &str,
@@ -50,7 +73,7 @@ impl Health {
         if !self.failing.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 event = "exporter.retry",
-                exporter,
+                exporter = %self.exporter,
                 error_type = error_type.as_str(),
                 retry_in = %humantime::format_duration(delay),
                 error = %message,
@@ -60,69 +83,64 @@ impl Health {
     }
 
     /// An attempt succeeded; logs only when the exporter was failing until now.
-    pub(crate) fn attempt_succeeded(&self, exporter: &str) {
+    pub(crate) fn attempt_succeeded(&self) {
         if self.failing.swap(false, Ordering::Relaxed) {
             tracing::info!(
                 event = "exporter.recovered",
-                exporter,
+                exporter = %self.exporter,
                 "destination accepting again"
             );
         }
     }
 
-    /// `spans` were dropped for `reason` (not shutdown: that is logged once at the end).
-    pub(crate) fn spans_dropped(
-        &self,
-        exporter: &str,
-        reason: FailureReason,
-        spans: usize,
-        message: &str,
-    ) {
+    /// `items` were dropped for `reason` (not shutdown: that is logged once at the end),
+    /// with the destination's `message`. Logged at most once per [`DROP_LOG_INTERVAL`].
+    pub(crate) fn dropped(&self, reason: FailureReason, items: usize, message: &str) {
         let now = Instant::now();
-        let (suppressed_batches, suppressed_spans) = {
+        let (suppressed_requests, suppressed_items) = {
             let mut log = self.drops.lock().unwrap_or_else(|e| e.into_inner());
             if matches!(log.last_logged, Some(at) if now.duration_since(at) < DROP_LOG_INTERVAL) {
-                log.suppressed_batches += 1;
-                log.suppressed_spans += spans as u64;
+                log.suppressed_requests += 1;
+                log.suppressed_items += items as u64;
                 return;
             }
             log.last_logged = Some(now);
             (
-                std::mem::take(&mut log.suppressed_batches),
-                std::mem::take(&mut log.suppressed_spans),
+                std::mem::take(&mut log.suppressed_requests),
+                std::mem::take(&mut log.suppressed_items),
             )
         };
         tracing::error!(
             event = "exporter.dropped",
-            exporter,
+            exporter = %self.exporter,
+            data_type = self.data_type,
             reason = reason.as_str(),
-            spans,
+            items,
             error = %message,
-            suppressed_batches,
-            suppressed_spans,
-            "spans dropped",
+            suppressed_requests,
+            suppressed_items,
+            "items dropped",
         );
     }
 
-    /// The destination answered with a partial success (`rejected_spans` may be 0 when only
-    /// a message was sent) or, with `None`, a full success.
-    pub(crate) fn partial_success(&self, exporter: &str, rejected: Option<(i64, &str)>) {
+    /// The destination accepted a request with a message but rejected nothing
+    /// (`Some(message)`), or with no message (`None`). Logs when the message changes.
+    pub(crate) fn partial_success(&self, message: Option<&str>) {
         let mut last = self
             .partial_success
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        match rejected {
+        match message {
             None => *last = None,
-            Some((rejected_spans, message)) => {
+            Some(message) => {
                 if last.as_deref() != Some(message) {
                     *last = Some(message.to_owned());
                     drop(last);
                     tracing::warn!(
                         event = "exporter.partial_success",
-                        exporter,
-                        rejected_spans,
+                        exporter = %self.exporter,
                         error = %message,
-                        "destination rejected part of a request",
+                        "destination accepted a request with a warning",
                     );
                 }
             }

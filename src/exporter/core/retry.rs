@@ -1,4 +1,4 @@
-//! Retries: the backoff policy, server throttle hints, and the per-batch delivery loop.
+//! Retries: the backoff policy and the per-request delivery loop.
 //!
 //! Semantics follow the Collector's exporterhelper (`retry_sender.go` with cenkalti/backoff):
 //! exponential backoff from `initial_interval`, multiplied by `multiplier` after each
@@ -7,16 +7,15 @@
 //! stretches the wait to `max(backoff, hint)`; retrying stops once the next wait would end
 //! past `max_elapsed_time` (never, when it is `None`), and always at the shutdown deadline.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::Shared;
 use super::metrics::FailureReason;
-use super::transport::{Accepted, AttemptError};
+use super::outcome::{AttemptError, Outcome};
+use super::state::{DeadlineWatch, Shared, deadline_reached};
+use super::transport::Transport;
 use crate::config::RetryConfig;
-use crate::payload::Payload;
 
 /// The backoff state of one batch's delivery. Pure: the caller supplies elapsed time and the
 /// random jitter, so the schedule is deterministic under test.
@@ -93,86 +92,41 @@ fn nanos(value: f64) -> Duration {
     }
 }
 
-/// The delay an HTTP answer's `Retry-After` header asks for, if it has a usable one.
-pub(crate) fn retry_after_header(headers: &http::HeaderMap) -> Option<Duration> {
-    headers
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| parse_retry_after(v, SystemTime::now()))
-}
-
-/// Parses an HTTP `Retry-After` value: delay-seconds or an HTTP-date (relative to `now`).
-/// A date in the past means "now" (zero). Anything else is ignored (`None`).
-pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let date = httpdate::parse_http_date(value).ok()?;
-    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// How one batch's delivery ended.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    /// The destination accepted the request (possibly rejecting some spans).
-    Delivered(Accepted),
-    /// Not delivered, for a reason other than shutdown.
-    Failed {
-        /// `Permanent` or `RetriesExhausted`.
-        reason: FailureReason,
-        /// The last error, for the log and the caller.
-        message: String,
-    },
-    /// The shutdown deadline came first.
-    ShutDown,
-}
-
-/// Resolves once a shutdown deadline is set and reached; pends forever otherwise.
+/// Delivers `request` with retries until it is accepted, fails permanently, runs out of
+/// retry time, or the shutdown deadline is reached. Counts retries and logs the
+/// destination's health transitions; the caller accounts for the outcome.
+///
+/// Each wait is the backoff's, stretched to the server's throttle hint; a retry that would
+/// start after the shutdown deadline is not waited for (the outcome is then
+/// [`Outcome::ShutDown`] at once), like exporterhelper's context-deadline check.
 ///
 /// # Cancel safety
 ///
-/// Cancel safe: it only observes the watch channel.
-pub(crate) async fn deadline_reached(deadline: &mut watch::Receiver<Option<Instant>>) {
-    loop {
-        let current = *deadline.borrow_and_update();
-        if let Some(at) = current {
-            tokio::time::sleep_until(at).await;
-            return;
-        }
-        if deadline.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// Delivers `batch` with retries until it is accepted, fails permanently, runs out of retry
-/// time, or the shutdown deadline is reached. Counts retries; the caller accounts for the
-/// outcome.
-///
-/// # Cancel safety
-///
-/// Dropping the future abandons the batch without accounting for it; the queue relies on
-/// its own deadline arm instead of cancelling this.
-pub(crate) async fn deliver<P: Payload>(
+/// Dropping the future abandons the request without accounting for it; the queue relies
+/// on the deadline instead of cancelling this.
+pub(crate) async fn deliver<T: Transport>(
     shared: &Shared,
-    batch: &P,
-    deadline: &mut watch::Receiver<Option<Instant>>,
+    transport: &T,
+    retry: &RetryConfig,
+    request: &T::Request,
+    deadline: &mut DeadlineWatch,
 ) -> Outcome {
     let started = Instant::now();
-    let mut backoff = Backoff::new(&shared.retry);
+    let mut backoff = Backoff::new(retry);
+    let mut attempt = 0;
     loop {
-        let attempt = {
-            let _in_flight = shared.metrics.in_flight();
+        let result = {
+            let _in_flight = shared.metrics().in_flight();
             tokio::select! {
                 biased;
                 () = deadline_reached(deadline) => return Outcome::ShutDown,
-                result = shared.transport.send(batch.request().clone()) => result,
+                result = transport.send(request, attempt) => result,
             }
         };
-        let (error_type, throttle, message) = match attempt {
+        attempt += 1;
+        let (error_type, throttle, message) = match result {
             Ok(accepted) => {
-                shared.health.attempt_succeeded(&shared.id);
+                shared.health().attempt_succeeded();
                 return Outcome::Delivered(accepted);
             }
             Err(AttemptError::Permanent { message }) => {
@@ -187,7 +141,7 @@ pub(crate) async fn deliver<P: Payload>(
                 message,
             }) => (error_type, throttle, message),
         };
-        if !shared.retry.enabled {
+        if !retry.enabled {
             return Outcome::Failed {
                 reason: FailureReason::RetriesExhausted,
                 message,
@@ -201,15 +155,11 @@ pub(crate) async fn deliver<P: Payload>(
             };
         };
         let resume_at = Instant::now() + delay;
-        // Like exporterhelper's context-deadline check: a retry that would start after the
-        // shutdown deadline cannot happen, so give up now rather than sleep until then.
         if matches!(*deadline.borrow(), Some(at) if resume_at > at) {
             return Outcome::ShutDown;
         }
-        shared.metrics.record_retry(error_type);
-        shared
-            .health
-            .attempt_failed(&shared.id, error_type, delay, &message);
+        shared.metrics().record_retry(error_type);
+        shared.health().attempt_failed(error_type, delay, &message);
         tokio::select! {
             biased;
             () = deadline_reached(deadline) => return Outcome::ShutDown,
@@ -301,25 +251,5 @@ mod tests {
                 .next_delay(Duration::from_secs(1_000_000), None, 0.5)
                 .is_some()
         );
-    }
-
-    /// Scenario: `Retry-After` as seconds, as an HTTP-date in the future and in the past, and
-    /// garbage.
-    /// Guarantees: seconds and dates become waits, past dates mean zero, garbage is ignored.
-    #[test]
-    fn retry_after_parsing() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
-        assert_eq!(parse_retry_after(" 1 ", now), Some(Duration::from_secs(1)));
-        // 784111777 is Sun, 06 Nov 1994 08:49:37 GMT.
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:49:47 GMT", now),
-            Some(Duration::from_secs(10))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:49:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon", now), None);
-        assert_eq!(parse_retry_after("-5", now), None);
     }
 }

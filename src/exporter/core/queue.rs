@@ -1,0 +1,192 @@
+//! The in-memory sending queue: `lanes` bounded channels, each drained by its own
+//! consumers.
+//!
+//! - One lane with `num_consumers` consumers is exporterhelper's queue (OTLP exporters):
+//!   batches go out in parallel, in no particular order.
+//! - `num_consumers` lanes of one consumer each is remote write's: items routed to a lane
+//!   by series hash go out one at a time, in order, and a consumer merges what is queued
+//!   behind its item up to one request's worth ([`Deliver::has_room`]).
+//!
+//! exporterhelper semantics with `block_on_overflow: true`: a full lane makes
+//! [`MemoryQueue::push`] wait, which is the backpressure the pipeline relies on; nothing is
+//! dropped because a queue is full.
+//!
+//! Shutdown: intake stops (`closed`), the consumers keep draining, including retries, until
+//! the lanes are empty or the deadline passes; a consumer stops at the first delivery the
+//! deadline cut short. Consumers that do not notice the deadline are aborted after
+//! [`ABORT_SLACK`]. Then what they held, and every item still queued, is counted as dropped
+//! (`shutdown`), so every accepted item is accounted for exactly once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::deliver::{Deliver, QueueItem};
+use super::state::Shared;
+
+/// How long past the deadline shutdown waits for consumers (or inline exports) to notice it
+/// before aborting them. They notice at once unless a transport future does not yield;
+/// this only bounds that case.
+pub(crate) const ABORT_SLACK: Duration = Duration::from_millis(200);
+
+/// One lane's receiving end, shared by its consumers and the drain.
+// A tokio mutex: a consumer holds it while awaiting the next item (the lane's other
+// consumers queue on the lock), and the drain takes it to close the channel.
+type Lane<I> = Arc<Mutex<mpsc::Receiver<I>>>;
+
+/// The in-memory sending queue.
+pub(crate) struct MemoryQueue<I> {
+    senders: Vec<mpsc::Sender<I>>,
+    lanes: Vec<Lane<I>>,
+    // A std mutex: held only to take the handles out, never across an await.
+    consumers: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<I: QueueItem> MemoryQueue<I> {
+    /// Creates `lanes` lanes with room for `capacity` items each, spawns
+    /// `consumers_per_lane` consumers on each, delivering with `deliver`, and registers the
+    /// queue's depth (all lanes) and capacity with the exporter's metrics.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, or when `lanes` or `capacity` is zero.
+    pub(crate) fn start<D: Deliver<I>>(
+        shared: &Arc<Shared>,
+        deliver: &Arc<D>,
+        lanes: usize,
+        capacity: usize,
+        consumers_per_lane: usize,
+    ) -> Self {
+        let mut senders = Vec::with_capacity(lanes);
+        let mut receivers = Vec::with_capacity(lanes);
+        let mut handles = Vec::with_capacity(lanes * consumers_per_lane);
+        for _ in 0..lanes {
+            let (tx, rx) = mpsc::channel(capacity);
+            let lane: Lane<I> = Arc::new(Mutex::new(rx));
+            for _ in 0..consumers_per_lane {
+                handles.push(tokio::spawn(consume(
+                    shared.clone(),
+                    deliver.clone(),
+                    lane.clone(),
+                )));
+            }
+            senders.push(tx);
+            receivers.push(lane);
+        }
+        let weak: Vec<_> = senders.iter().map(mpsc::Sender::downgrade).collect();
+        shared.metrics().observe_queue(
+            capacity * lanes,
+            Box::new(move || {
+                let mut depth = 0;
+                for tx in &weak {
+                    let tx = tx.upgrade()?;
+                    depth += tx.max_capacity().saturating_sub(tx.capacity());
+                }
+                Some(depth)
+            }),
+        );
+        Self {
+            senders,
+            lanes: receivers,
+            consumers: std::sync::Mutex::new(handles),
+        }
+    }
+
+    /// The number of lanes.
+    pub(crate) fn lanes(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Queues `item` on `lane` (taken modulo the number of lanes), waiting while the lane
+    /// is full. Gives the item back once shutdown has begun (also to a call already
+    /// waiting); the caller then counts it as refused.
+    ///
+    /// # Errors
+    ///
+    /// The item, when the exporter is shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a cancelled call has not queued the item.
+    pub(crate) async fn push(&self, shared: &Shared, lane: usize, item: I) -> Result<(), I> {
+        if shared.is_closed() {
+            return Err(item);
+        }
+        let tx = &self.senders[lane % self.senders.len()];
+        let permit = tokio::select! {
+            biased;
+            () = shared.closed() => None,
+            permit = tx.reserve() => permit.ok(),
+        };
+        match permit {
+            Some(permit) => {
+                permit.send(item);
+                Ok(())
+            }
+            None => Err(item),
+        }
+    }
+
+    /// Waits for the consumers to drain (they stop at the deadline, see the module docs),
+    /// aborting those still running `ABORT_SLACK` past it, then closes the lanes and counts
+    /// what is left as dropped. [`Shared::shutdown`] has closed intake and set `deadline`.
+    pub(crate) async fn drain(&self, shared: &Shared, deadline: Instant) {
+        let handles =
+            std::mem::take(&mut *self.consumers.lock().unwrap_or_else(|e| e.into_inner()));
+        for handle in handles {
+            let abort = handle.abort_handle();
+            if tokio::time::timeout_at(deadline + ABORT_SLACK, handle)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        // What an aborted consumer held was never counted.
+        shared.drop_at_shutdown(shared.take_stranded());
+        for lane in &self.lanes {
+            let mut rx = lane.lock().await;
+            rx.close();
+            while let Ok(item) = rx.try_recv() {
+                shared.drop_at_shutdown(item.items());
+            }
+        }
+    }
+}
+
+/// One consumer: takes items off its lane and delivers them until the lane is closed and
+/// empty, or a delivery is cut short by the shutdown deadline.
+async fn consume<I: QueueItem, D: Deliver<I>>(shared: Arc<Shared>, deliver: Arc<D>, lane: Lane<I>) {
+    let mut deadline = shared.deadline();
+    loop {
+        let next = {
+            let mut rx = lane.lock().await;
+            let first = tokio::select! {
+                biased;
+                item = rx.recv() => item,
+                // Once intake is closed, take only what is already queued.
+                () = shared.closed() => rx.try_recv().ok(),
+            };
+            first.map(|mut item| {
+                shared.take(item.items());
+                while deliver.has_room(&item) {
+                    let Ok(more) = rx.try_recv() else {
+                        break;
+                    };
+                    shared.take(more.items());
+                    deliver.merge(&mut item, more);
+                }
+                item
+            })
+        };
+        let Some(item) = next else {
+            return;
+        };
+        if deliver.deliver(item, &mut deadline).await.hit_deadline() {
+            return;
+        }
+    }
+}
