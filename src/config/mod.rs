@@ -46,6 +46,7 @@
 //! - A pipeline may name a component by either spelling of its type (`otlp_grpc/tempo`
 //!   finds `otlp/tempo`); defining both spellings of one id is an error.
 
+mod common;
 mod components;
 mod connectors;
 mod defaults;

@@ -3,7 +3,7 @@
 
 use std::num::NonZeroUsize;
 
-use super::components::{at_least_one, positive_duration, retry_with, tls_client};
+use super::common::{at_least_one, positive_duration, retry_with, tls_client};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};

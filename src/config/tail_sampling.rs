@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
-use super::components::positive_duration;
+use super::common::positive_duration;
 use super::defaults;
 use super::error::{Problems, join};
 use super::fields::Fields;
