@@ -66,6 +66,8 @@ mod types;
 mod value;
 
 #[cfg(test)]
+mod startup_tests;
+#[cfg(test)]
 mod tests;
 
 use std::path::{Path, PathBuf};
@@ -226,21 +228,55 @@ fn load_docs(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let mut problems = Problems::default();
+    match read_docs(docs, env, &mut problems) {
+        Some(config) => problems.finish(config),
+        None => Err(problems.into_error()),
+    }
+}
+
+/// Parses, merges, expands and types named documents, recording problems. `None` when
+/// the documents could not be parsed or expanded; otherwise the typed config, meaningful
+/// only when no problem was recorded.
+fn read_docs(
+    docs: &[(String, &str)],
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Problems,
+) -> Option<Config> {
     let mut merged = Value::Map(Default::default());
     for (name, text) in docs {
-        if let Some(doc) = value::parse_document(name, text, &mut problems) {
+        if let Some(doc) = value::parse_document(name, text, problems) {
             value::merge(&mut merged, doc);
         }
     }
     if !problems.is_empty() {
-        return Err(problems.into_error());
+        return None;
     }
-    expand::expand(&mut merged, "", env, &mut problems);
+    expand::expand(&mut merged, "", env, problems);
     if !problems.is_empty() {
-        return Err(problems.into_error());
+        return None;
     }
-    let config = typed(&merged, &mut problems);
-    problems.finish(config)
+    Some(typed(&merged, problems))
+}
+
+/// As [`load_str_with_env`] with no environment, also returning the path of every known
+/// key that the documents do not set (for tests that must set every key).
+#[cfg(test)]
+pub(crate) fn load_reporting_unwritten(
+    yaml_docs: &[&str],
+) -> (Result<Config, ConfigError>, Vec<String>) {
+    let docs: Vec<(String, &str)> = yaml_docs
+        .iter()
+        .enumerate()
+        .map(|(i, text)| (format!("<config {}>", i + 1), *text))
+        .collect();
+    let mut problems = Problems::default();
+    let config = read_docs(&docs, &|_| None, &mut problems);
+    let unwritten = problems.unwritten_keys();
+    let result = match config {
+        Some(config) => problems.finish(config),
+        None => Err(problems.into_error()),
+    };
+    (result, unwritten)
 }
 
 /// Types the merged, expanded tree. Problems are recorded; the result is meaningful only

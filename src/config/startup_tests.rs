@@ -1,0 +1,406 @@
+//! Tests of the checks that start-up used to be the first to make, now made by
+//! [`super::load`] (so `tailgate validate` reports them), and of the rule that every key a
+//! section knows is read.
+
+// Tests unwrap freely: a panic is the failure report (C15).
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+/// The directory of the test TLS files: a CA, and a certificate with its key.
+const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/exporter/testdata");
+
+fn ca_file() -> String {
+    format!("{TESTDATA}/ca.pem")
+}
+
+fn cert_file() -> String {
+    format!("{TESTDATA}/sink.pem")
+}
+
+fn key_file() -> String {
+    format!("{TESTDATA}/sink.key")
+}
+
+/// A directory that exists.
+fn existing_dir() -> String {
+    std::env::temp_dir().display().to_string()
+}
+
+/// The smallest valid config; tests add the section they exercise.
+const MINIMAL: &str = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:0
+exporters:
+  debug:
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [debug]
+  telemetry:
+    metrics:
+      level: none
+";
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+/// `MINIMAL` merged with `overlay`, which must load.
+fn load_over(overlay: &str) -> Config {
+    match load_str_with_env(&[MINIMAL, overlay], &no_env) {
+        Ok(config) => config,
+        Err(error) => panic!("config should load, got:\n{error}"),
+    }
+}
+
+/// The problems of `MINIMAL` merged with `overlay`, as `path: message` lines.
+fn problems_with(overlay: &str) -> Vec<String> {
+    match load_str_with_env(&[MINIMAL, overlay], &no_env) {
+        Ok(config) => panic!("config should be refused, got {config:#?}"),
+        Err(error) => error.to_string().lines().map(str::to_owned).collect(),
+    }
+}
+
+/// Asserts that loading `MINIMAL` with `overlay` reports exactly `expected`.
+#[track_caller]
+fn assert_problems(overlay: &str, expected: &[&str]) {
+    let found = problems_with(overlay);
+    assert_eq!(found, expected, "overlay:\n{overlay}");
+}
+
+// === every known key is read ===
+
+/// A config that sets every key of every section tailgate knows: every component type,
+/// every policy type, every protocol. `metrics` is the body of
+/// `service.telemetry.metrics` (its `address` and `readers` exclude each other).
+fn every_key(metrics: &str) -> String {
+    let tls = format!(
+        "{{insecure: false, insecure_skip_verify: false, ca_file: {ca}, cert_file: {cert}, \
+         key_file: {key}, server_name_override: sink.test}}",
+        ca = ca_file(),
+        cert = cert_file(),
+        key = key_file(),
+    );
+    let retry = "{enabled: true, initial_interval: 1s, max_interval: 2s, max_elapsed_time: 1m, \
+                 multiplier: 1.5, randomization_factor: 0.5}";
+    let queue = "{enabled: true, queue_size: 10, num_consumers: 2, storage: file_storage/queue}";
+    format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:0
+        transport: tcp
+        max_recv_msg_size_mib: 8
+        read_buffer_size: 524288
+        write_buffer_size: 0
+        include_metadata: false
+      http:
+        endpoint: 127.0.0.1:0
+        traces_url_path: /t
+        metrics_url_path: /m
+        logs_url_path: /l
+        max_request_body_size: 100000
+        cors:
+          allowed_origins: ["https://*.example.com"]
+          allowed_headers: [X-Custom]
+          max_age: 60
+        include_metadata: false
+processors:
+  batch:
+    send_batch_size: 10
+    send_batch_max_size: 20
+    timeout: 1s
+    send_batch_max_size_bytes: 100000
+  memory_limiter:
+    check_interval: 1s
+    limit_mib: 512
+    spike_limit_mib: 100
+    limit_percentage: 80
+    spike_limit_percentage: 20
+    min_gc_interval_when_soft_limited: 10s
+    min_gc_interval_when_hard_limited: 10s
+    max_gc_interval_when_soft_limited: 10s
+    max_gc_interval_when_hard_limited: 10s
+  tail_sampling:
+    decision_wait: 10s
+    decision_wait_after_root_received: 1s
+    num_traces: 100
+    expected_new_traces_per_sec: 10
+    decision_cache: {{sampled_cache_size: 10, non_sampled_cache_size: 10}}
+    sample_on_first_match: false
+    drop_pending_traces_on_shutdown: false
+    maximum_trace_size_bytes: 100000
+    block_on_overflow: false
+    record_policy: true
+    sampling_strategy: trace-complete
+    num_shards: 4
+    policies:
+      - {{name: always, type: always_sample}}
+      - name: latency
+        type: latency
+        latency: {{threshold_ms: 100, upper_threshold_ms: 200}}
+      - name: numeric
+        type: numeric_attribute
+        numeric_attribute: {{key: k, min_value: 1, max_value: 2, invert_match: false}}
+      - name: probabilistic
+        type: probabilistic
+        probabilistic: {{sampling_percentage: 10, hash_salt: salt}}
+      - name: status
+        type: status_code
+        status_code: {{status_codes: [ERROR]}}
+      - name: string
+        type: string_attribute
+        string_attribute:
+          key: k
+          values: ["a.*"]
+          enabled_regex_matching: true
+          cache_max_size: 10
+          invert_match: false
+      - name: boolean
+        type: boolean_attribute
+        boolean_attribute: {{key: k, value: true, invert_match: false}}
+      - name: trace_state
+        type: trace_state
+        trace_state: {{key: k, values: [v]}}
+      - {{name: flags, type: trace_flags}}
+      - name: rate
+        type: rate_limiting
+        rate_limiting: {{spans_per_second: 10, burst_capacity: 20}}
+      - name: bytes
+        type: bytes_limiting
+        bytes_limiting: {{bytes_per_second: 10, burst_capacity: 20}}
+      - name: span_count
+        type: span_count
+        span_count: {{min_spans: 1, max_spans: 10}}
+      - name: and
+        type: and
+        and: {{and_sub_policy: [{{name: a, type: always_sample}}]}}
+      - name: not
+        type: not
+        not: {{not_sub_policy: {{name: inner, type: always_sample}}}}
+      - name: drop
+        type: drop
+        drop: {{drop_sub_policy: [{{name: d, type: trace_flags}}]}}
+      - name: composite
+        type: composite
+        composite:
+          max_total_spans_per_second: 100
+          policy_order: [c]
+          composite_sub_policy: [{{name: c, type: always_sample}}]
+          rate_allocation: [{{policy: c, percent: 50}}]
+exporters:
+  otlp:
+    endpoint: sink.test:4317
+    tls: {tls}
+    headers: {{X-Scope-OrgID: tenant}}
+    compression: gzip
+    timeout: 5s
+    sending_queue: {queue}
+    retry_on_failure: {retry}
+  otlphttp:
+    endpoint: https://sink.test:4318
+    traces_endpoint: https://sink.test:4318/v1/traces
+    metrics_endpoint: https://sink.test:4318/v1/metrics
+    tls: {tls}
+    headers: {{X-Scope-OrgID: tenant}}
+    compression: zstd
+    timeout: 5s
+    sending_queue: {queue}
+    retry_on_failure: {retry}
+  debug:
+    verbosity: basic
+    sampling_initial: 2
+    sampling_thereafter: 500
+  prometheusremotewrite:
+    endpoint: https://sink.test:9090/api/v1/write
+    headers: {{X-Scope-OrgID: tenant}}
+    timeout: 5s
+    tls: {tls}
+    namespace: ns
+    external_labels: {{cluster: eu-1}}
+    resource_to_telemetry_conversion: {{enabled: true}}
+    target_info: {{enabled: true}}
+    add_metric_suffixes: true
+    send_metadata: false
+    max_batch_size_bytes: 100000
+    remote_write_queue: {{enabled: true, queue_size: 10, num_consumers: 2}}
+    retry_on_failure: {retry}
+    protobuf_message: prometheus.WriteRequest
+    compression: snappy
+connectors:
+  forward:
+  spanmetrics:
+    histogram:
+      disable: false
+      unit: ms
+      explicit: {{buckets: [10ms, 100ms]}}
+    dimensions: [{{name: http.method, default: GET}}]
+    exclude_dimensions: [status.code]
+    namespace: traces.span.metrics
+    metrics_flush_interval: 15s
+    aggregation_temporality: AGGREGATION_TEMPORALITY_CUMULATIVE
+    exemplars: {{enabled: false}}
+    resource_metrics_key_attributes: [service.name]
+    dimensions_cache_size: 100
+    resource_metrics_cache_size: 100
+    aggregation_cardinality_limit: 100
+    metrics_expiration: 0
+extensions:
+  health_check:
+    endpoint: 127.0.0.1:0
+    path: /health
+  file_storage/queue:
+    directory: {dir}
+    create_directory: false
+    directory_permissions: "0750"
+    timeout: 1s
+    fsync: false
+    max_size_mib: 100
+    compaction:
+      on_start: false
+      on_rebound: false
+      directory: {dir}
+      max_transaction_size: 100
+      rebound_needed_threshold_mib: 10
+      rebound_trigger_threshold_mib: 1
+      check_interval: 5s
+      cleanup_on_start: false
+service:
+  extensions: [health_check, file_storage/queue]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [memory_limiter, tail_sampling, batch]
+      exporters: [otlp, otlphttp, debug, spanmetrics, forward]
+    traces/forwarded:
+      receivers: [forward]
+      processors: [batch]
+      exporters: [debug]
+    metrics:
+      receivers: [otlp, spanmetrics]
+      processors: [memory_limiter, batch]
+      exporters: [prometheusremotewrite, otlphttp]
+  telemetry:
+    logs: {{level: info, encoding: json}}
+    metrics: {metrics}
+  shutdown_timeout: 10s
+"#,
+        dir = existing_dir(),
+    )
+}
+
+/// Scenario: a config setting every key of every section, once with
+/// `telemetry.metrics.address` and once with `telemetry.metrics.readers`; the known keys
+/// that no load sets are collected.
+/// Guarantees: it loads, so no known key is written and left unread by its reader (a key
+/// that a reader never asks for is refused with its path); every component type and every
+/// policy type is in it, and every key that a section knows is set in at least one of
+/// the two loads, so adding a known key without reading it fails this test.
+#[test]
+fn every_known_key_is_read() {
+    let variants = [
+        "{level: normal, address: 127.0.0.1:0}",
+        "{level: detailed, readers: [{pull: {exporter: {prometheus: {host: 127.0.0.1, port: 0}}}}]}",
+    ];
+    let mut unwritten_everywhere: Option<Vec<String>> = None;
+    for metrics in variants {
+        let yaml = every_key(metrics);
+        let (result, unwritten) = load_reporting_unwritten(&[&yaml]);
+        if let Err(error) = result {
+            panic!("the every-key config should load, got:\n{error}");
+        }
+        unwritten_everywhere = Some(match unwritten_everywhere {
+            None => unwritten,
+            Some(before) => before
+                .into_iter()
+                .filter(|path| unwritten.contains(path))
+                .collect(),
+        });
+    }
+    assert_eq!(
+        unwritten_everywhere.unwrap(),
+        Vec::<String>::new(),
+        "known keys that the every-key config does not set: add them to every_key()"
+    );
+
+    let yaml = every_key(variants[0]);
+    for section in [
+        ids::Section::Receivers,
+        ids::Section::Processors,
+        ids::Section::Exporters,
+        ids::Section::Connectors,
+        ids::Section::Extensions,
+    ] {
+        for (written, canonical) in section.types() {
+            let present = section.types().iter().any(|(other, same)| {
+                same == canonical
+                    && (yaml.contains(&format!("\n  {other}:"))
+                        || yaml.contains(&format!("\n  {other}/")))
+            });
+            assert!(
+                present,
+                "{} type {written} is missing from every_key()",
+                section.singular()
+            );
+        }
+    }
+    for kind in tail_sampling::POLICY_TYPES {
+        assert!(
+            yaml.contains(&format!("type: {kind}\n")) || yaml.contains(&format!("type: {kind}}}")),
+            "policy type {kind} is missing from every_key()"
+        );
+    }
+}
+
+/// Scenario: a mapping whose reader never asks for a key that the mapping lists as
+/// known: a `Fields` opened with `known = [used, forgotten]` over a value setting both,
+/// of which only `used` is read.
+/// Guarantees: finishing refuses the config with the forgotten key's path and the
+/// never-read message, and only when nothing else was wrong (with another problem a
+/// reader may stop early on purpose).
+#[test]
+fn a_known_key_never_read_is_refused() {
+    let tree = value::parse_document(
+        "<test>",
+        "used: 1\nforgotten: 2\n",
+        &mut Problems::default(),
+    )
+    .unwrap();
+    let mut problems = Problems::default();
+    let fields = Fields::open(
+        &mut problems,
+        "section",
+        Some(&tree),
+        &["used", "forgotten"],
+        &[],
+    );
+    assert_eq!(fields.uint(&mut problems, "used"), Some(1));
+    let error = problems.finish(()).unwrap_err();
+    assert_eq!(
+        error.problems(),
+        &[Problem {
+            path: "section.forgotten".to_owned(),
+            message: error::NEVER_READ.to_owned(),
+        }]
+    );
+
+    let mut problems = Problems::default();
+    let fields = Fields::open(
+        &mut problems,
+        "section",
+        Some(&tree),
+        &["used", "forgotten"],
+        &[],
+    );
+    fields.uint(&mut problems, "used");
+    problems.add("elsewhere", "wrong");
+    let error = problems.finish(()).unwrap_err();
+    assert_eq!(error.problems().len(), 1, "{error}");
+}
