@@ -1,16 +1,17 @@
 //! Readers shared by several sections: listening endpoints, durations and counts that
-//! must be positive, sizes, client TLS settings and retry settings.
+//! must be positive, sizes, client TLS settings, request headers and retry settings.
 //!
 //! The section readers (`components`, `connectors`, `service`, `tail_sampling`,
 //! `remote_write`, `memory_limiter`) import from here; this module imports nothing above
 //! [`super::fields`], so the readers depend only downward.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::endpoint;
-use super::error::Problems;
+use super::error::{Problems, join};
 use super::fields::{Fields, NOT_YET};
 use super::{RetryConfig, TlsClientConfig};
 
@@ -208,4 +209,65 @@ pub(crate) fn bytes(problems: &mut Problems, path: &str, count: u64, unit: u64) 
         problems.add(path, format!("{count} is too large"));
     }
     total
+}
+
+/// How an exporter sends its `headers`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HeaderRules {
+    /// As gRPC ASCII metadata: names lowercased, not ending in `-bin`.
+    Grpc,
+    /// As HTTP headers: names are tokens; values have no control characters.
+    Http,
+}
+
+/// `headers`: names and values that the exporter can send (the exporter builds them when it
+/// starts, and would refuse to start otherwise).
+pub(crate) fn headers(
+    problems: &mut Problems,
+    exporter: &Fields<'_>,
+    rules: HeaderRules,
+) -> BTreeMap<String, String> {
+    let headers = exporter.string_map(problems, "headers").unwrap_or_default();
+    for (name, value) in &headers {
+        let path = join(&exporter.key_path("headers"), name);
+        if let Err(message) = check_header(name, value, rules) {
+            problems.add(path, message);
+        }
+    }
+    headers
+}
+
+/// Whether the exporter can send the header `name: value`; `Err` says why not.
+fn check_header(name: &str, value: &str, rules: HeaderRules) -> Result<(), String> {
+    let name_ok = match rules {
+        HeaderRules::Grpc => {
+            let lowercase = name.to_ascii_lowercase();
+            if lowercase.ends_with("-bin") {
+                return Err(format!(
+                    "{name:?} names binary gRPC metadata, which tailgate does not send: remove \
+                     the -bin suffix"
+                ));
+            }
+            tonic::metadata::AsciiMetadataKey::from_bytes(lowercase.as_bytes()).is_ok()
+        }
+        HeaderRules::Http => http::HeaderName::from_bytes(name.as_bytes()).is_ok(),
+    };
+    if !name_ok {
+        return Err(format!(
+            "{name:?} is not a valid header name: use letters, digits and '-' (no spaces, no \
+             ':' and no other separators)"
+        ));
+    }
+    // gRPC and HTTP refuse the same values: control characters other than tab.
+    let value_ok = match rules {
+        HeaderRules::Grpc => tonic::metadata::AsciiMetadataValue::try_from(value).is_ok(),
+        HeaderRules::Http => http::HeaderValue::from_str(value).is_ok(),
+    };
+    if !value_ok {
+        return Err(
+            "invalid header value: it must not contain control characters such as line breaks"
+                .to_owned(),
+        );
+    }
+    Ok(())
 }

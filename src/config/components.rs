@@ -3,16 +3,18 @@
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::common::{
-    MIB, at_least_one, bytes, listen_endpoint, positive, positive_duration, retry_with, tls_client,
+    HeaderRules, MIB, at_least_one, bytes, headers, listen_endpoint, positive, positive_duration,
+    retry_with, tls_client,
 };
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
 use super::fields::{Fields, NOT_YET};
 use super::ids::{self, Declared, Section};
+use super::tls;
 use super::value::Value;
 use super::{
     BatchConfig, ComponentId, Compression, CorsConfig, DebugExporterConfig, ExporterConfig,
@@ -445,6 +447,7 @@ fn otlp_exporter(
         exporter.wrong_type() || (endpoint.is_none() && exporter.value("endpoint").is_some());
     let endpoint = endpoint.unwrap_or_default();
     let endpoint_path = exporter.key_path("endpoint");
+    let mut endpoint_ok = false;
     if endpoint.is_empty() && !wrong_type {
         let example = if http {
             "http://tempo-distributor.monitoring:4318"
@@ -461,38 +464,84 @@ fn otlp_exporter(
         } else {
             endpoint::check_grpc_target(&endpoint)
         };
-        if let Err(message) = checked {
-            problems.add(endpoint_path, message);
+        match checked {
+            Ok(()) => endpoint_ok = true,
+            Err(message) => problems.add(endpoint_path, message),
         }
     }
     let mut signal_endpoint = |key: &str| {
         if !http {
             return None;
         }
-        exporter
-            .string(problems, key)
-            .filter(|url| match endpoint::check_url(url) {
+        exporter.string(problems, key).filter(|url| {
+            match endpoint::check_url(url).and_then(|()| endpoint::check_uri(url)) {
                 Ok(()) => true,
                 Err(message) => {
                     problems.add(exporter.key_path(key), message);
                     false
                 }
-            })
+            }
+        })
     };
     let traces_endpoint = signal_endpoint("traces_endpoint");
     let metrics_endpoint = signal_endpoint("metrics_endpoint");
 
-    OtlpExporterConfig {
+    let config = OtlpExporterConfig {
         endpoint,
         traces_endpoint,
         metrics_endpoint,
         tls: tls_client(problems, &exporter),
-        headers: exporter.string_map(problems, "headers").unwrap_or_default(),
+        headers: headers(
+            problems,
+            &exporter,
+            if http {
+                HeaderRules::Http
+            } else {
+                HeaderRules::Grpc
+            },
+        ),
         compression: compression(problems, &exporter),
         timeout: positive_duration(problems, &exporter, "timeout")
             .unwrap_or(defaults::EXPORTER_TIMEOUT),
         sending_queue: sending_queue(problems, &exporter),
         retry_on_failure: retry(problems, &exporter),
+    };
+    otlp_transport(problems, &exporter, &config, http, endpoint_ok);
+    config
+}
+
+/// What an OTLP exporter builds from `config` when it starts, checked here so that the
+/// config is refused rather than the start: the URLs it sends to parse as URIs (once
+/// `endpoint` is known to be well formed: `endpoint_ok`), and the TLS files it loads
+/// (OTLP/HTTP always loads them, gRPC only to connect over TLS) are usable.
+fn otlp_transport(
+    problems: &mut Problems,
+    exporter: &Fields<'_>,
+    config: &OtlpExporterConfig,
+    http: bool,
+    endpoint_ok: bool,
+) {
+    let endpoint_path = exporter.key_path("endpoint");
+    let uses_tls = if http {
+        // Without a signal URL the exporter appends the signal's path to `endpoint`.
+        if endpoint_ok && (config.traces_endpoint.is_none() || config.metrics_endpoint.is_none()) {
+            let url = format!("{}/v1/traces", config.endpoint.trim_end_matches('/'));
+            if let Err(message) = endpoint::check_uri(&url) {
+                problems.add(endpoint_path, message);
+            }
+        }
+        true
+    } else if endpoint_ok {
+        let url = endpoint::grpc_url(&config.endpoint, config.tls.insecure);
+        if let Err(message) = endpoint::check_uri(&url) {
+            problems.add(endpoint_path, message);
+        }
+        url.starts_with("https://")
+    } else {
+        false
+    };
+    if uses_tls {
+        tls::check_files(problems, &exporter.key_path("tls"), &config.tls);
     }
 }
 
@@ -693,11 +742,20 @@ fn file_storage(problems: &mut Problems, path: &str, value: Option<&Value>) -> F
         );
         defaults::FILE_STORAGE_MAX_SIZE_MIB * MIB
     });
+    let create_directory = storage
+        .boolean(problems, "create_directory")
+        .unwrap_or(defaults::FILE_STORAGE_CREATE_DIRECTORY);
+    if !directory.is_empty() {
+        check_storage_directory(
+            problems,
+            &storage.key_path("directory"),
+            Path::new(&directory),
+            create_directory,
+        );
+    }
     FileStorageConfig {
         directory: PathBuf::from(directory),
-        create_directory: storage
-            .boolean(problems, "create_directory")
-            .unwrap_or(defaults::FILE_STORAGE_CREATE_DIRECTORY),
+        create_directory,
         directory_permissions,
         timeout: storage
             .duration(problems, "timeout")
@@ -706,6 +764,33 @@ fn file_storage(problems: &mut Problems, path: &str, value: Option<&Value>) -> F
             .boolean(problems, "fsync")
             .unwrap_or(defaults::FILE_STORAGE_FSYNC),
         max_size,
+    }
+}
+
+/// The queue directory is one the persistent queues can open when they start, as far as
+/// the config decides it (as the Collector's `file_storage` checks when it validates its
+/// config): it is a directory, or it is missing and `create_directory` lets it be created.
+/// Whether it may be created or locked is up to the machine, and found at start.
+fn check_storage_directory(problems: &mut Problems, path: &str, directory: &Path, create: bool) {
+    if directory.is_dir() {
+        return;
+    }
+    if directory.exists() {
+        problems.add(
+            path,
+            format!(
+                "{} is not a directory: name the directory that holds the persistent queues",
+                directory.display()
+            ),
+        );
+    } else if !create {
+        problems.add(
+            path,
+            format!(
+                "directory {} does not exist: create it, or set create_directory: true",
+                directory.display()
+            ),
+        );
     }
 }
 

@@ -45,6 +45,20 @@
 //! - A component that is defined but in no pipeline is not an error, as in the Collector.
 //! - A pipeline may name a component by either spelling of its type (`otlp_grpc/tempo`
 //!   finds `otlp/tempo`); defining both spellings of one id is an error.
+//!
+//! # What start-up would refuse
+//!
+//! Loading also makes every check that start-up would make for a reason that is in the
+//! config, so that `tailgate validate` refuses what `tailgate` would refuse: `tail_sampling`
+//! after another processor than `memory_limiter`; regular expressions that do not compile
+//! together; two `memory_limiter` ids in the pipelines (one limiter gates every receiver);
+//! exporter URLs that are not valid URIs, headers that cannot be sent, TLS files that
+//! cannot be read or used (loaded as the exporter loads them); a `file_storage` directory
+//! that is missing without `create_directory`, or is not a directory; two listeners on one
+//! address; memory limits too large to count in bytes. Files are read on the machine that
+//! loads the config. What depends on the machine at start (a port taken by another
+//! process, a host name that does not resolve, a directory that cannot be created or is
+//! locked, the container's memory total) is left to start-up.
 
 mod common;
 mod components;
@@ -57,11 +71,13 @@ mod expand;
 mod fields;
 mod graph;
 mod ids;
+mod listen;
 mod memory_limiter;
 mod remote_write;
 mod render;
 mod service;
 mod tail_sampling;
+mod tls;
 mod types;
 mod value;
 
@@ -139,7 +155,8 @@ service:
 /// # Errors
 ///
 /// Every problem found: files that cannot be read, YAML syntax errors (with file, line and
-/// column), unknown keys and components, wrong values, undefined references.
+/// column), unknown keys and components, wrong values, undefined references, and every
+/// reason in the config for which start-up would refuse it (see the module docs).
 pub fn load(paths: &[PathBuf]) -> Result<Config, ConfigError> {
     if paths.is_empty() {
         return load_str(&[DEFAULT_CONFIG]);
@@ -324,5 +341,6 @@ fn typed(tree: &Value, problems: &mut Problems) -> Config {
         service,
     };
     graph::validate(problems, &config);
+    listen::check(problems, &config);
     config
 }

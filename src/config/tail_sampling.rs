@@ -25,7 +25,9 @@ use super::defaults;
 use super::error::{Problems, join};
 use super::fields::Fields;
 use super::value::Value;
-use super::{PolicyConfig, PolicyKind, ProcessorConfig, StatusCodeName, TailSamplingConfig};
+use super::{
+    PolicyConfig, PolicyKind, ProcessorConfig, RegexValues, StatusCodeName, TailSamplingConfig,
+};
 
 /// Every policy type tailgate knows, in the Collector's documentation order.
 pub(crate) const POLICY_TYPES: &[&str] = &[
@@ -454,22 +456,14 @@ fn policy_kind(problems: &mut Problems, fields: &Fields<'_>, kind: &str) -> Opti
             );
             let key = required_key(problems, &f);
             let values = required_values(problems, &f);
-            let enabled_regex_matching = f
+            let regex = if f
                 .boolean(problems, "enabled_regex_matching")
-                .unwrap_or(false);
-            if enabled_regex_matching {
-                for (i, pattern) in values.iter().enumerate() {
-                    if let Err(error) = regex::Regex::new(pattern) {
-                        problems.add(
-                            format!("{}[{i}]", f.key_path("values")),
-                            format!(
-                                "invalid regular expression: {}",
-                                one_line(&error.to_string())
-                            ),
-                        );
-                    }
-                }
-            }
+                .unwrap_or(false)
+            {
+                regex_values(problems, &f, &values)
+            } else {
+                None
+            };
             // 0 means the default, as in the Collector.
             let cache_max_size = match size(problems, &f, "cache_max_size", 0) {
                 0 => defaults::TAIL_STRING_CACHE_MAX_SIZE,
@@ -478,7 +472,7 @@ fn policy_kind(problems: &mut Problems, fields: &Fields<'_>, kind: &str) -> Opti
             PolicyKind::StringAttribute {
                 key,
                 values,
-                enabled_regex_matching,
+                regex,
                 cache_max_size,
                 invert_match: f.boolean(problems, "invert_match").unwrap_or(false),
             }
@@ -637,6 +631,42 @@ fn composite(problems: &mut Problems, f: &Fields<'_>) -> PolicyKind {
         policy_order,
         sub_policies,
         rate_allocation,
+    }
+}
+
+/// `values` compiled as one set of regular expressions, as the sampler matches them. Each
+/// pattern that does not compile is reported at its index; a set of patterns that each
+/// compile but are too large together is reported at `values`.
+fn regex_values(problems: &mut Problems, f: &Fields<'_>, values: &[String]) -> Option<RegexValues> {
+    let mut valid = true;
+    for (i, pattern) in values.iter().enumerate() {
+        if let Err(error) = regex::Regex::new(pattern) {
+            valid = false;
+            problems.add(
+                format!("{}[{i}]", f.key_path("values")),
+                format!(
+                    "invalid regular expression: {}",
+                    one_line(&error.to_string())
+                ),
+            );
+        }
+    }
+    if !valid {
+        return None;
+    }
+    match RegexValues::new(values) {
+        Ok(set) => Some(set),
+        Err(error) => {
+            problems.add(
+                f.key_path("values"),
+                format!(
+                    "the regular expressions cannot be compiled together: {}; use fewer or \
+                     simpler patterns",
+                    one_line(&error.to_string())
+                ),
+            );
+            None
+        }
     }
 }
 

@@ -49,17 +49,6 @@ pub enum BuildError {
         #[source]
         source: ExporterError,
     },
-    /// A tail_sampling processor is not first in its pipeline.
-    #[error(
-        "service.pipelines.{pipeline}.processors: {processor} must come first (it buffers \
-         whole traces; put batch after it)"
-    )]
-    SamplerNotFirst {
-        /// The pipeline.
-        pipeline: String,
-        /// The tail_sampling processor.
-        processor: ComponentId,
-    },
     /// A tail_sampling processor's policies could not be compiled.
     #[error("processors.{processor}.policies: {source}")]
     Policy {
@@ -405,7 +394,7 @@ impl Builder<'_> {
         // Wire the processors back to front, so each knows where its output goes.
         let mut downstream = Downstream::Exporters(ExporterFanout::new(fanout));
         let mut sampler_entry = None;
-        for (position, id) in pipeline.processors.iter().enumerate().rev() {
+        for id in pipeline.processors.iter().rev() {
             match config.processors.get(id) {
                 Some(ProcessorConfig::Batch(batch)) => {
                     let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
@@ -421,19 +410,9 @@ impl Builder<'_> {
                 }
                 // Admission at the receivers enforces the memory limit, before decoding.
                 Some(ProcessorConfig::MemoryLimiter(_)) | None => {}
+                // Validation puts it first (after memory limiters only): the receivers
+                // feed it directly.
                 Some(ProcessorConfig::TailSampling(tail_sampling)) => {
-                    let only_limiters_before = pipeline.processors[..position].iter().all(|p| {
-                        matches!(
-                            config.processors.get(p),
-                            Some(ProcessorConfig::MemoryLimiter(_))
-                        )
-                    });
-                    if !only_limiters_before {
-                        return Err(BuildError::SamplerNotFirst {
-                            pipeline: pipeline_id.to_string(),
-                            processor: id.clone(),
-                        });
-                    }
                     let policies =
                         PolicySet::compile(tail_sampling).map_err(|source| BuildError::Policy {
                             processor: id.clone(),
