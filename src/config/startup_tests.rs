@@ -515,14 +515,13 @@ service:
 "
         )
     };
-    let found = problems_with(&policy(r"['\w{150}', '\w{150}']"));
-    assert_eq!(found.len(), 1, "{found:?}");
-    assert!(
-        found[0].starts_with(
+    assert_problems(
+        &policy(r"['\w{150}', '\w{150}']"),
+        &[
             "processors.tail_sampling.policies[0].string_attribute.values: the regular \
-             expressions cannot be compiled together: "
-        ) && found[0].ends_with("; use fewer or simpler patterns"),
-        "{found:?}"
+           expressions cannot be compiled together: Compiled regex exceeds size limit of \
+           10485760 bytes; use fewer or simpler patterns",
+        ],
     );
 
     let config = load_over(&policy("['^GET ', 'POST$']"));

@@ -700,7 +700,7 @@ fn regex_values(problems: &mut Problems, f: &Fields<'_>, values: &[String]) -> O
                 format!(
                     "the regular expressions cannot be compiled together: {}; use fewer or \
                      simpler patterns",
-                    one_line(&error.to_string())
+                    one_line(&error.to_string()).trim_end_matches('.')
                 ),
             );
             None
