@@ -31,15 +31,22 @@ pub enum StartError {
     #[error(transparent)]
     Build(#[from] BuildError),
     /// The memory limiter could not be set up.
-    #[error("processors.memory_limiter: {0}")]
-    Limiter(#[from] LimiterError),
+    #[error("processors.{id}: {source}")]
+    Limiter {
+        /// The memory limiter's id.
+        id: ComponentId,
+        /// Why.
+        #[source]
+        source: LimiterError,
+    },
     /// Metric families could not be registered (a programming error).
     #[error("registering metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 }
 
-/// The first `memory_limiter` (by id) that some pipeline uses.
-fn first_memory_limiter(config: &Config) -> Option<&MemoryLimiterConfig> {
+/// The `memory_limiter` that the pipelines use, if any: validation allows one id (see
+/// `config::graph`), since it gates every receiver.
+fn memory_limiter(config: &Config) -> Option<(&ComponentId, &MemoryLimiterConfig)> {
     config
         .processors
         .iter()
@@ -51,7 +58,7 @@ fn first_memory_limiter(config: &Config) -> Option<&MemoryLimiterConfig> {
                     .values()
                     .any(|pipeline| pipeline.processors.contains(id)) =>
             {
-                Some(limiter)
+                Some((id, limiter))
             }
             _ => None,
         })
@@ -159,11 +166,17 @@ impl Gateway {
             )));
         }
 
-        // One memory budget for the process: set by the first memory_limiter that a
-        // pipeline uses; without one, the budget only counts.
-        let limiter = match first_memory_limiter(&config) {
-            Some(limiter_config) => {
-                let limiter = MemoryLimiter::start(limiter_config, &registry)?;
+        // One memory budget for the process: set by the memory_limiter that the pipelines
+        // use; without one, the budget only counts.
+        let limiter = match memory_limiter(&config) {
+            Some((id, limiter_config)) => {
+                let limiter =
+                    MemoryLimiter::start(limiter_config, &registry).map_err(|source| {
+                        StartError::Limiter {
+                            id: id.clone(),
+                            source,
+                        }
+                    })?;
                 telemetry_tasks.push(tokio::spawn(
                     limiter.clone().watch(telemetry_stopped.clone()),
                 ));

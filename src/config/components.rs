@@ -3,23 +3,25 @@
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
 
+use super::common::{
+    HeaderRules, MIB, at_least_one, bytes, headers, listen_endpoint, positive, positive_duration,
+    retry_with, tls_client,
+};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
 use super::fields::{Fields, NOT_YET};
 use super::ids::{self, Declared, Section};
+use super::tls;
 use super::value::Value;
 use super::{
     BatchConfig, ComponentId, Compression, CorsConfig, DebugExporterConfig, ExporterConfig,
     ExtensionConfig, FileStorageConfig, GrpcServerConfig, HealthCheckConfig, HttpServerConfig,
     OtlpExporterConfig, OtlpReceiverConfig, ProcessorConfig, QueueConfig, ReceiverConfig,
-    RetryConfig, TlsClientConfig, Verbosity,
+    RetryConfig, Verbosity,
 };
-
-const MIB: u64 = 1024 * 1024;
 
 /// The components of one section, typed, and every id declared in it (including ids whose
 /// settings had problems, so that references to them are not reported a second time).
@@ -445,6 +447,7 @@ fn otlp_exporter(
         exporter.wrong_type() || (endpoint.is_none() && exporter.value("endpoint").is_some());
     let endpoint = endpoint.unwrap_or_default();
     let endpoint_path = exporter.key_path("endpoint");
+    let mut endpoint_ok = false;
     if endpoint.is_empty() && !wrong_type {
         let example = if http {
             "http://tempo-distributor.monitoring:4318"
@@ -461,95 +464,84 @@ fn otlp_exporter(
         } else {
             endpoint::check_grpc_target(&endpoint)
         };
-        if let Err(message) = checked {
-            problems.add(endpoint_path, message);
+        match checked {
+            Ok(()) => endpoint_ok = true,
+            Err(message) => problems.add(endpoint_path, message),
         }
     }
     let mut signal_endpoint = |key: &str| {
         if !http {
             return None;
         }
-        exporter
-            .string(problems, key)
-            .filter(|url| match endpoint::check_url(url) {
+        exporter.string(problems, key).filter(|url| {
+            match endpoint::check_url(url).and_then(|()| endpoint::check_uri(url)) {
                 Ok(()) => true,
                 Err(message) => {
                     problems.add(exporter.key_path(key), message);
                     false
                 }
-            })
+            }
+        })
     };
     let traces_endpoint = signal_endpoint("traces_endpoint");
     let metrics_endpoint = signal_endpoint("metrics_endpoint");
 
-    OtlpExporterConfig {
+    let config = OtlpExporterConfig {
         endpoint,
         traces_endpoint,
         metrics_endpoint,
         tls: tls_client(problems, &exporter),
-        headers: exporter.string_map(problems, "headers").unwrap_or_default(),
+        headers: headers(
+            problems,
+            &exporter,
+            if http {
+                HeaderRules::Http
+            } else {
+                HeaderRules::Grpc
+            },
+        ),
         compression: compression(problems, &exporter),
         timeout: positive_duration(problems, &exporter, "timeout")
             .unwrap_or(defaults::EXPORTER_TIMEOUT),
         sending_queue: sending_queue(problems, &exporter),
         retry_on_failure: retry(problems, &exporter),
-    }
+    };
+    otlp_transport(problems, &exporter, &config, http, endpoint_ok);
+    config
 }
 
-/// `tls`. An empty file name is the same as none, so `${env:CA_FILE}` may be left unset.
-pub(crate) fn tls_client(problems: &mut Problems, exporter: &Fields<'_>) -> TlsClientConfig {
-    let tls = exporter.child(
-        problems,
-        "tls",
-        &[
-            "insecure",
-            "insecure_skip_verify",
-            "ca_file",
-            "cert_file",
-            "key_file",
-            "server_name_override",
-        ],
-        &[
-            ("ca_pem", NOT_YET),
-            ("cert_pem", NOT_YET),
-            ("key_pem", NOT_YET),
-            ("min_version", NOT_YET),
-            ("max_version", NOT_YET),
-            ("cipher_suites", NOT_YET),
-            ("reload_interval", NOT_YET),
-            ("include_system_ca_certs_pool", NOT_YET),
-        ],
-    );
-    let mut file = |key: &str| {
-        tls.string(problems, key)
-            .filter(|name| !name.is_empty())
-            .map(PathBuf::from)
+/// What an OTLP exporter builds from `config` when it starts, checked here so that the
+/// config is refused rather than the start: the URLs it sends to parse as URIs (once
+/// `endpoint` is known to be well formed: `endpoint_ok`), and the TLS files it loads
+/// (OTLP/HTTP always loads them, gRPC only to connect over TLS) are usable.
+fn otlp_transport(
+    problems: &mut Problems,
+    exporter: &Fields<'_>,
+    config: &OtlpExporterConfig,
+    http: bool,
+    endpoint_ok: bool,
+) {
+    let endpoint_path = exporter.key_path("endpoint");
+    let uses_tls = if http {
+        // Without a signal URL the exporter appends the signal's path to `endpoint`.
+        if endpoint_ok && (config.traces_endpoint.is_none() || config.metrics_endpoint.is_none()) {
+            let url = format!("{}/v1/traces", config.endpoint.trim_end_matches('/'));
+            if let Err(message) = endpoint::check_uri(&url) {
+                problems.add(endpoint_path, message);
+            }
+        }
+        true
+    } else if endpoint_ok {
+        let url = endpoint::grpc_url(&config.endpoint, config.tls.insecure);
+        if let Err(message) = endpoint::check_uri(&url) {
+            problems.add(endpoint_path, message);
+        }
+        url.starts_with("https://")
+    } else {
+        false
     };
-    let ca_file = file("ca_file");
-    let cert_file = file("cert_file");
-    let key_file = file("key_file");
-    match (&cert_file, &key_file) {
-        (Some(_), None) => problems.add(
-            tls.key_path("key_file"),
-            "must be set when cert_file is set: a client certificate needs its key",
-        ),
-        (None, Some(_)) => problems.add(
-            tls.key_path("cert_file"),
-            "must be set when key_file is set: a client key needs its certificate",
-        ),
-        _ => {}
-    }
-    TlsClientConfig {
-        insecure: tls.boolean(problems, "insecure").unwrap_or(false),
-        insecure_skip_verify: tls
-            .boolean(problems, "insecure_skip_verify")
-            .unwrap_or(false),
-        ca_file,
-        cert_file,
-        key_file,
-        server_name_override: tls
-            .string(problems, "server_name_override")
-            .filter(|name| !name.is_empty()),
+    if uses_tls {
+        tls::check_files(problems, &exporter.key_path("tls"), &config.tls);
     }
 }
 
@@ -619,80 +611,6 @@ fn queue_storage(problems: &mut Problems, queue: &Fields<'_>) -> Option<Componen
 /// `retry_on_failure` of the OTLP exporters.
 fn retry(problems: &mut Problems, exporter: &Fields<'_>) -> RetryConfig {
     retry_with(problems, exporter, &defaults::EXPORTER_RETRY)
-}
-
-/// `retry_on_failure` with the given defaults. As in the Collector, the ranges are checked
-/// only when enabled.
-pub(crate) fn retry_with(
-    problems: &mut Problems,
-    exporter: &Fields<'_>,
-    default: &RetryConfig,
-) -> RetryConfig {
-    let retry = exporter.child(
-        problems,
-        "retry_on_failure",
-        &[
-            "enabled",
-            "initial_interval",
-            "max_interval",
-            "max_elapsed_time",
-            "multiplier",
-            "randomization_factor",
-        ],
-        &[],
-    );
-    let config = RetryConfig {
-        enabled: retry
-            .boolean(problems, "enabled")
-            .unwrap_or(default.enabled),
-        initial_interval: retry
-            .duration(problems, "initial_interval")
-            .unwrap_or(default.initial_interval),
-        max_interval: retry
-            .duration(problems, "max_interval")
-            .unwrap_or(default.max_interval),
-        max_elapsed_time: match retry.duration(problems, "max_elapsed_time") {
-            None => default.max_elapsed_time,
-            Some(Duration::ZERO) => None,
-            Some(limit) => Some(limit),
-        },
-        multiplier: retry
-            .float(problems, "multiplier")
-            .unwrap_or(default.multiplier),
-        randomization_factor: retry
-            .float(problems, "randomization_factor")
-            .unwrap_or(default.randomization_factor),
-    };
-    if config.enabled {
-        if config.initial_interval.is_zero() {
-            problems.add(retry.key_path("initial_interval"), "must be greater than 0");
-        }
-        if config.max_interval < config.initial_interval {
-            problems.add(
-                retry.key_path("max_interval"),
-                format!(
-                    "must not be less than initial_interval ({})",
-                    super::duration::format(config.initial_interval)
-                ),
-            );
-        }
-        if !(config.multiplier > 1.0 && config.multiplier.is_finite()) {
-            problems.add(
-                retry.key_path("multiplier"),
-                format!("must be greater than 1, found {}", config.multiplier),
-            );
-        }
-        if !(0.0..=1.0).contains(&config.randomization_factor) {
-            problems.add(
-                retry.key_path("randomization_factor"),
-                format!(
-                    "must be between 0 and 1, found {}",
-                    config.randomization_factor
-                ),
-            );
-        }
-    }
-    config
 }
 
 /// `exporters.debug`. `sampling_initial` and `sampling_thereafter` are checked and have no
@@ -824,11 +742,20 @@ fn file_storage(problems: &mut Problems, path: &str, value: Option<&Value>) -> F
         );
         defaults::FILE_STORAGE_MAX_SIZE_MIB * MIB
     });
+    let create_directory = storage
+        .boolean(problems, "create_directory")
+        .unwrap_or(defaults::FILE_STORAGE_CREATE_DIRECTORY);
+    if !directory.is_empty() {
+        check_storage_directory(
+            problems,
+            &storage.key_path("directory"),
+            Path::new(&directory),
+            create_directory,
+        );
+    }
     FileStorageConfig {
         directory: PathBuf::from(directory),
-        create_directory: storage
-            .boolean(problems, "create_directory")
-            .unwrap_or(defaults::FILE_STORAGE_CREATE_DIRECTORY),
+        create_directory,
         directory_permissions,
         timeout: storage
             .duration(problems, "timeout")
@@ -837,6 +764,33 @@ fn file_storage(problems: &mut Problems, path: &str, value: Option<&Value>) -> F
             .boolean(problems, "fsync")
             .unwrap_or(defaults::FILE_STORAGE_FSYNC),
         max_size,
+    }
+}
+
+/// The queue directory is one the persistent queues can open when they start, as far as
+/// the config decides it (as the Collector's `file_storage` checks when it validates its
+/// config): it is a directory, or it is missing and `create_directory` lets it be created.
+/// Whether it may be created or locked is up to the machine, and found at start.
+fn check_storage_directory(problems: &mut Problems, path: &str, directory: &Path, create: bool) {
+    if directory.is_dir() {
+        return;
+    }
+    if directory.exists() {
+        problems.add(
+            path,
+            format!(
+                "{} is not a directory: name the directory that holds the persistent queues",
+                directory.display()
+            ),
+        );
+    } else if !create {
+        problems.add(
+            path,
+            format!(
+                "directory {} does not exist: create it, or set create_directory: true",
+                directory.display()
+            ),
+        );
     }
 }
 
@@ -868,67 +822,4 @@ fn health_check(problems: &mut Problems, path: &str, value: Option<&Value>) -> E
         None => defaults::health_check_path(),
     };
     ExtensionConfig::HealthCheck(HealthCheckConfig { endpoint, path })
-}
-
-// === shared ===
-
-/// A listening `host:port`.
-pub(crate) fn listen_endpoint(
-    problems: &mut Problems,
-    fields: &Fields<'_>,
-    key: &str,
-) -> Option<String> {
-    let endpoint = fields.string(problems, key)?;
-    match endpoint::check_listen(&endpoint) {
-        Ok(()) => Some(endpoint),
-        Err(message) => {
-            problems.add(fields.key_path(key), message);
-            None
-        }
-    }
-}
-
-/// A duration that must not be zero.
-pub(crate) fn positive_duration(
-    problems: &mut Problems,
-    fields: &Fields<'_>,
-    key: &str,
-) -> Option<Duration> {
-    let duration = fields.duration(problems, key)?;
-    if duration.is_zero() {
-        problems.add(fields.key_path(key), "must be greater than 0");
-        return None;
-    }
-    Some(duration)
-}
-
-pub(crate) fn at_least_one(
-    problems: &mut Problems,
-    fields: &Fields<'_>,
-    key: &str,
-    default: usize,
-) -> NonZeroUsize {
-    let fallback = NonZeroUsize::new(default).unwrap_or(NonZeroUsize::MIN);
-    match fields.uint(problems, key) {
-        None => fallback,
-        Some(n) => positive(n).unwrap_or_else(|| {
-            problems.add(fields.key_path(key), "must be at least 1");
-            fallback
-        }),
-    }
-}
-
-fn positive(n: u64) -> Option<NonZeroUsize> {
-    usize::try_from(n).ok().and_then(NonZeroUsize::new)
-}
-
-/// `count * unit` bytes, or a problem when it does not fit in memory sizes.
-fn bytes(problems: &mut Problems, path: &str, count: u64, unit: u64) -> Option<usize> {
-    let total = count
-        .checked_mul(unit)
-        .and_then(|total| usize::try_from(total).ok());
-    if total.is_none() {
-        problems.add(path, format!("{count} is too large"));
-    }
-    total
 }

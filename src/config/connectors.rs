@@ -2,6 +2,7 @@
 
 use std::num::NonZeroUsize;
 
+use super::common::positive_duration;
 use super::defaults;
 use super::duration;
 use super::error::Problems;
@@ -110,9 +111,8 @@ fn span_metrics(problems: &mut Problems, path: &str, value: Option<&Value>) -> S
     let namespace = fields
         .string(problems, "namespace")
         .unwrap_or_else(defaults::span_metrics_namespace);
-    let metrics_flush_interval =
-        super::components::positive_duration(problems, &fields, "metrics_flush_interval")
-            .unwrap_or(defaults::SPAN_METRICS_FLUSH_INTERVAL);
+    let metrics_flush_interval = positive_duration(problems, &fields, "metrics_flush_interval")
+        .unwrap_or(defaults::SPAN_METRICS_FLUSH_INTERVAL);
     if let Some(temporality) = fields.string(problems, "aggregation_temporality") {
         match temporality.as_str() {
             "AGGREGATION_TEMPORALITY_CUMULATIVE" => {}

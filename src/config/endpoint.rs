@@ -60,6 +60,36 @@ pub(crate) fn check_url(url: &str) -> Result<(), String> {
     .map_err(|message| format!("{message} in the URL {url:?}"))
 }
 
+/// Checks that `url` parses as the URI an exporter builds from it when it starts: an
+/// `http://` or `https://` URL with a host, made only of the characters a URI may hold.
+/// Stricter than [`check_url`], which explains the common mistakes first.
+pub(crate) fn check_uri(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url.parse().map_err(|error: http::uri::InvalidUri| {
+        format!(
+            "{url:?} is not a valid URL ({error}): percent-encode characters such as '<', '>' \
+             and '`'"
+        )
+    })?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.authority().is_some() => Ok(()),
+        _ => Err(format!(
+            "{url:?} is not a valid URL: expected http:// or https:// and a host"
+        )),
+    }
+}
+
+/// The URL a gRPC exporter connects to for `endpoint`: `endpoint` itself when it has a
+/// scheme, else `http://endpoint` when `insecure`, `https://endpoint` otherwise.
+pub(crate) fn grpc_url(endpoint: &str, insecure: bool) -> String {
+    if endpoint.contains("://") {
+        endpoint.to_owned()
+    } else if insecure {
+        format!("http://{endpoint}")
+    } else {
+        format!("https://{endpoint}")
+    }
+}
+
 fn check_host_port(endpoint: &str, allow_empty_host: bool) -> Result<(), String> {
     let Some((host, port)) = endpoint.rsplit_once(':') else {
         return Err(format!("{endpoint:?} has no port: write it as host:port"));

@@ -6,22 +6,29 @@
 //! the default, and since a problem was recorded no configuration is returned.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 use super::duration;
-use super::error::{Problems, join};
+use super::error::{KeyReads, Problems, join};
 use super::value::Value;
 
 /// The message for a Collector key that tailgate does not implement yet.
 pub(crate) const NOT_YET: &str = "not supported yet by this version of tailgate; remove it";
 
 /// One mapping of the tree, with its path.
+///
+/// Every key asked for (through [`Fields::value`], which every typed read goes through) is
+/// noted: a known key that is written but never asked for is a bug in its reader, and
+/// [`Problems::finish`] refuses the configuration with that key's path.
 pub(crate) struct Fields<'v> {
     path: String,
     map: Option<&'v BTreeMap<String, Value>>,
     /// The value was not a mapping (already reported); checks that a key is required
     /// should stay quiet rather than report a second problem.
     wrong_type: bool,
+    /// Which known keys were asked for; `None` when there is no mapping.
+    reads: Option<Rc<KeyReads>>,
 }
 
 impl<'v> Fields<'v> {
@@ -49,6 +56,7 @@ impl<'v> Fields<'v> {
                 None
             }
         };
+        let reads = map.map(|map| problems.track(path, known, map.keys()));
         if let Some(map) = map {
             for key in map.keys() {
                 if known.contains(&key.as_str()) {
@@ -68,6 +76,7 @@ impl<'v> Fields<'v> {
             path: path.to_owned(),
             map,
             wrong_type,
+            reads,
         }
     }
 
@@ -86,13 +95,18 @@ impl<'v> Fields<'v> {
         join(&self.path, key)
     }
 
-    /// Whether `key` is written, even with no value.
+    /// Whether `key` is written, even with no value. This alone does not count as reading
+    /// the key: its value must still be read.
     pub(crate) fn has(&self, key: &str) -> bool {
         self.map.is_some_and(|map| map.contains_key(key))
     }
 
     /// The value of `key`; `None` when absent or `null` (both mean "use the default").
+    /// Notes that the key was read.
     pub(crate) fn value(&self, key: &str) -> Option<&'v Value> {
+        if let Some(reads) = &self.reads {
+            reads.mark(key);
+        }
         match self.map?.get(key)? {
             Value::Null => None,
             value => Some(value),

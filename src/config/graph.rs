@@ -1,5 +1,6 @@
 //! Checks across pipelines: which signals each component takes, how connectors join
-//! pipelines, and that the pipeline graph has no cycle.
+//! pipelines, that the pipeline graph has no cycle, where `tail_sampling` may stand, and
+//! that the pipelines share one `memory_limiter`.
 //!
 //! The rules are the Collector's: a connector is an exporter of one pipeline and a receiver
 //! of another. `forward` joins pipelines of one signal (traces to traces, metrics to
@@ -97,18 +98,27 @@ pub(crate) fn validate(problems: &mut Problems, config: &Config) {
     let pipelines = &config.service.pipelines;
     for (id, pipeline) in pipelines {
         let path = join("service.pipelines", &id.written);
-        for processor in &pipeline.processors {
-            if id.signal != Signal::Traces
-                && matches!(
-                    config.processors.get(processor),
-                    Some(ProcessorConfig::TailSampling(_))
-                )
-            {
+        for (position, processor) in pipeline.processors.iter().enumerate() {
+            if !matches!(
+                config.processors.get(processor),
+                Some(ProcessorConfig::TailSampling(_))
+            ) {
+                continue;
+            }
+            if id.signal != Signal::Traces {
                 problems.add(
                     join(&path, "processors"),
                     format!(
                         "{processor} samples traces and cannot run in a {} pipeline",
                         signal_name(id.signal)
+                    ),
+                );
+            } else if !only_memory_limiters(config, &pipeline.processors[..position]) {
+                problems.add(
+                    join(&path, "processors"),
+                    format!(
+                        "{processor} must come first (only memory_limiter may precede it): it \
+                         buffers whole traces; put batch after it"
                     ),
                 );
             }
@@ -135,11 +145,56 @@ pub(crate) fn validate(problems: &mut Problems, config: &Config) {
         }
     }
     check_queue_storage(problems, config);
+    check_one_memory_limiter(problems, config);
     if let Some(cycle) = find_cycle(config) {
         problems.add(
             "service.pipelines",
             format!("the pipelines form a cycle through connectors: {cycle}"),
         );
+    }
+}
+
+/// Whether every processor in `processors` is a `memory_limiter`: the only processors
+/// that may come before `tail_sampling`, which is fed directly by the receivers.
+fn only_memory_limiters(config: &Config, processors: &[ComponentId]) -> bool {
+    processors.iter().all(|id| {
+        matches!(
+            config.processors.get(id),
+            Some(ProcessorConfig::MemoryLimiter(_))
+        )
+    })
+}
+
+/// The pipelines use at most one `memory_limiter` id. The memory budget is one for the
+/// process, and the memory limiter that sets it gates every receiver, including the
+/// receivers of pipelines that do not list it; a second one could only be ignored.
+/// The same id in several pipelines is fine.
+fn check_one_memory_limiter(problems: &mut Problems, config: &Config) {
+    let mut first: Option<&ComponentId> = None;
+    for (pipeline_id, pipeline) in &config.service.pipelines {
+        for processor in &pipeline.processors {
+            if !matches!(
+                config.processors.get(processor),
+                Some(ProcessorConfig::MemoryLimiter(_))
+            ) {
+                continue;
+            }
+            match first {
+                None => first = Some(processor),
+                Some(first) if first == processor => {}
+                Some(first) => problems.add(
+                    join(
+                        &join("service.pipelines", &pipeline_id.written),
+                        "processors",
+                    ),
+                    format!(
+                        "{processor} and {first} are two memory limiters, but one memory \
+                         limiter gates every receiver of the process: use {first} in every \
+                         pipeline that needs one (or define one memory_limiter)"
+                    ),
+                ),
+            }
+        }
     }
 }
 

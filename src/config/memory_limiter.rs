@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::common::MIB;
 use super::error::Problems;
 use super::fields::Fields;
 use super::value::Value;
@@ -62,7 +63,9 @@ pub(crate) fn processor(
     // As in the Collector, limit_mib takes precedence over limit_percentage.
     let (limit, spike) = match (limit_mib, limit_percentage) {
         (Some(mib), _) => {
-            let spike = spike_mib.map(|spike| MemoryAmount::Bytes(spike << 20));
+            let spike = spike_mib.map(|spike| {
+                MemoryAmount::Bytes(mebibytes(problems, &fields, "spike_limit_mib", spike))
+            });
             if let Some(spike) = spike_mib
                 && spike >= mib
             {
@@ -71,7 +74,10 @@ pub(crate) fn processor(
                     format!("must be less than limit_mib ({mib}), found {spike}"),
                 );
             }
-            (MemoryAmount::Bytes(mib << 20), spike)
+            (
+                MemoryAmount::Bytes(mebibytes(problems, &fields, "limit_mib", mib)),
+                spike,
+            )
         }
         (None, Some(percent)) => {
             if let Some(spike) = spike_percentage
@@ -101,6 +107,19 @@ pub(crate) fn processor(
         check_interval,
         limit,
         spike,
+    })
+}
+
+/// `mib` MiB (the value of `key`) in bytes. A number of bytes that does not fit in 64
+/// bits is recorded as a problem (the limiter would otherwise start with a wrapped-around
+/// limit, or refuse to start).
+fn mebibytes(problems: &mut Problems, fields: &Fields<'_>, key: &str, mib: u64) -> u64 {
+    mib.checked_mul(MIB).unwrap_or_else(|| {
+        problems.add(
+            fields.key_path(key),
+            format!("{mib} is too large: write the limit in MiB"),
+        );
+        u64::MAX
     })
 }
 

@@ -45,7 +45,22 @@
 //! - A component that is defined but in no pipeline is not an error, as in the Collector.
 //! - A pipeline may name a component by either spelling of its type (`otlp_grpc/tempo`
 //!   finds `otlp/tempo`); defining both spellings of one id is an error.
+//!
+//! # What start-up would refuse
+//!
+//! Loading also makes every check that start-up would make for a reason that is in the
+//! config, so that `tailgate validate` refuses what `tailgate` would refuse: `tail_sampling`
+//! after another processor than `memory_limiter`; regular expressions that do not compile
+//! together; two `memory_limiter` ids in the pipelines (one limiter gates every receiver);
+//! exporter URLs that are not valid URIs, headers that cannot be sent, TLS files that
+//! cannot be read or used (loaded as the exporter loads them); a `file_storage` directory
+//! that is missing without `create_directory`, or is not a directory; two listeners on one
+//! address; memory limits too large to count in bytes. Files are read on the machine that
+//! loads the config. What depends on the machine at start (a port taken by another
+//! process, a host name that does not resolve, a directory that cannot be created or is
+//! locked, the container's memory total) is left to start-up.
 
+mod common;
 mod components;
 mod connectors;
 mod defaults;
@@ -56,14 +71,18 @@ mod expand;
 mod fields;
 mod graph;
 mod ids;
+mod listen;
 mod memory_limiter;
 mod remote_write;
 mod render;
 mod service;
 mod tail_sampling;
+mod tls;
 mod types;
 mod value;
 
+#[cfg(test)]
+mod startup_tests;
 #[cfg(test)]
 mod tests;
 
@@ -136,7 +155,8 @@ service:
 /// # Errors
 ///
 /// Every problem found: files that cannot be read, YAML syntax errors (with file, line and
-/// column), unknown keys and components, wrong values, undefined references.
+/// column), unknown keys and components, wrong values, undefined references, and every
+/// reason in the config for which start-up would refuse it (see the module docs).
 pub fn load(paths: &[PathBuf]) -> Result<Config, ConfigError> {
     if paths.is_empty() {
         return load_str(&[DEFAULT_CONFIG]);
@@ -225,21 +245,55 @@ fn load_docs(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let mut problems = Problems::default();
+    match read_docs(docs, env, &mut problems) {
+        Some(config) => problems.finish(config),
+        None => Err(problems.into_error()),
+    }
+}
+
+/// Parses, merges, expands and types named documents, recording problems. `None` when
+/// the documents could not be parsed or expanded; otherwise the typed config, meaningful
+/// only when no problem was recorded.
+fn read_docs(
+    docs: &[(String, &str)],
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Problems,
+) -> Option<Config> {
     let mut merged = Value::Map(Default::default());
     for (name, text) in docs {
-        if let Some(doc) = value::parse_document(name, text, &mut problems) {
+        if let Some(doc) = value::parse_document(name, text, problems) {
             value::merge(&mut merged, doc);
         }
     }
     if !problems.is_empty() {
-        return Err(problems.into_error());
+        return None;
     }
-    expand::expand(&mut merged, "", env, &mut problems);
+    expand::expand(&mut merged, "", env, problems);
     if !problems.is_empty() {
-        return Err(problems.into_error());
+        return None;
     }
-    let config = typed(&merged, &mut problems);
-    problems.finish(config)
+    Some(typed(&merged, problems))
+}
+
+/// As [`load_str_with_env`] with no environment, also returning the path of every known
+/// key that the documents do not set (for tests that must set every key).
+#[cfg(test)]
+pub(crate) fn load_reporting_unwritten(
+    yaml_docs: &[&str],
+) -> (Result<Config, ConfigError>, Vec<String>) {
+    let docs: Vec<(String, &str)> = yaml_docs
+        .iter()
+        .enumerate()
+        .map(|(i, text)| (format!("<config {}>", i + 1), *text))
+        .collect();
+    let mut problems = Problems::default();
+    let config = read_docs(&docs, &|_| None, &mut problems);
+    let unwritten = problems.unwritten_keys();
+    let result = match config {
+        Some(config) => problems.finish(config),
+        None => Err(problems.into_error()),
+    };
+    (result, unwritten)
 }
 
 /// Types the merged, expanded tree. Problems are recorded; the result is meaningful only
@@ -287,5 +341,6 @@ fn typed(tree: &Value, problems: &mut Problems) -> Config {
         service,
     };
     graph::validate(problems, &config);
+    listen::check(problems, &config);
     config
 }

@@ -3,11 +3,14 @@
 
 use std::num::NonZeroUsize;
 
-use super::components::{at_least_one, positive_duration, retry_with, tls_client};
+use super::common::{
+    HeaderRules, at_least_one, headers, positive_duration, retry_with, tls_client,
+};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
 use super::fields::{Fields, NOT_YET};
+use super::tls;
 use super::value::Value;
 use super::{QueueConfig, RemoteWriteConfig, RemoteWriteMessage};
 
@@ -84,12 +87,13 @@ pub(crate) fn exporter(
             "must not be empty: set the remote-write URL, e.g. http://prometheus.monitoring:9090/api/v1/write",
         );
     } else if !endpoint.is_empty()
-        && let Err(message) = endpoint::check_url(&endpoint)
+        && let Err(message) =
+            endpoint::check_url(&endpoint).and_then(|()| endpoint::check_uri(&endpoint))
     {
         problems.add(exporter.key_path("endpoint"), message);
     }
 
-    let headers = exporter.string_map(problems, "headers").unwrap_or_default();
+    let headers = headers(problems, &exporter, HeaderRules::Http);
     for name in headers.keys() {
         if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
             problems.add(
@@ -187,12 +191,16 @@ pub(crate) fn exporter(
         );
     }
 
+    let tls = tls_client(problems, &exporter);
+    // The exporter loads the TLS files whatever the URL's scheme.
+    tls::check_files(problems, &exporter.key_path("tls"), &tls);
+
     RemoteWriteConfig {
         endpoint,
         headers,
         timeout: positive_duration(problems, &exporter, "timeout")
             .unwrap_or(defaults::REMOTE_WRITE_TIMEOUT),
-        tls: tls_client(problems, &exporter),
+        tls,
         namespace,
         external_labels,
         resource_to_telemetry_conversion,

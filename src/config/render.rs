@@ -350,14 +350,14 @@ fn render_policy(out: &mut Out, depth: usize, policy: &PolicyConfig) {
         PolicyKind::StringAttribute {
             key,
             values,
-            enabled_regex_matching,
+            regex,
             cache_max_size,
             invert_match,
         } => {
             out.line(d, "string_attribute:");
             out.string(s, "key", key);
             out.strings(s, "values", values);
-            out.plain(s, "enabled_regex_matching", enabled_regex_matching);
+            out.plain(s, "enabled_regex_matching", regex.is_some());
             out.plain(s, "cache_max_size", cache_max_size);
             out.plain(s, "invert_match", invert_match);
         }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::components::{listen_endpoint, positive_duration};
+use super::common::{listen_endpoint, positive_duration};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};

@@ -20,12 +20,14 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
-use super::components::positive_duration;
+use super::common::positive_duration;
 use super::defaults;
 use super::error::{Problems, join};
 use super::fields::Fields;
 use super::value::Value;
-use super::{PolicyConfig, PolicyKind, ProcessorConfig, StatusCodeName, TailSamplingConfig};
+use super::{
+    PolicyConfig, PolicyKind, ProcessorConfig, RegexValues, StatusCodeName, TailSamplingConfig,
+};
 
 /// Every policy type tailgate knows, in the Collector's documentation order.
 pub(crate) const POLICY_TYPES: &[&str] = &[
@@ -339,243 +341,273 @@ fn policy(
 
 /// The settings of a policy of type `kind` (a known type).
 fn policy_kind(problems: &mut Problems, fields: &Fields<'_>, kind: &str) -> Option<PolicyKind> {
-    let settings =
-        |problems: &mut Problems, known: &[&str]| fields.child(problems, kind, known, &[]);
+    match kind {
+        "always_sample" => Some(PolicyKind::AlwaysSample),
+        "trace_flags" => Some(PolicyKind::TraceFlags),
+        _ => {
+            let (known, read) = settings_reader(kind)?;
+            let settings = fields.child(problems, kind, known, &[]);
+            read(problems, &settings)
+        }
+    }
+}
+
+/// Reads the settings mapping of one policy type (the mapping under the key named after
+/// the type). `None` when there is no usable policy (already reported).
+type SettingsReader = fn(&mut Problems, &Fields<'_>) -> Option<PolicyKind>;
+
+/// The keys of the settings mapping of policy type `kind`, and its reader; `None` for a
+/// type without settings.
+fn settings_reader(kind: &str) -> Option<(&'static [&'static str], SettingsReader)> {
     Some(match kind {
-        "always_sample" => PolicyKind::AlwaysSample,
-        "trace_flags" => PolicyKind::TraceFlags,
-        "latency" => {
-            let f = settings(problems, &["threshold_ms", "upper_threshold_ms"]);
-            let threshold_ms = f.uint(problems, "threshold_ms").unwrap_or(0);
-            let upper_threshold_ms = f.uint(problems, "upper_threshold_ms").filter(|&u| u > 0);
-            if let Some(upper) = upper_threshold_ms
-                && upper <= threshold_ms
-            {
-                problems.add(
-                    f.key_path("upper_threshold_ms"),
-                    format!("must be greater than threshold_ms ({threshold_ms}), or 0 for no upper bound"),
-                );
-            }
-            PolicyKind::Latency {
-                threshold_ms,
-                upper_threshold_ms,
-            }
-        }
-        "numeric_attribute" => {
-            let f = settings(problems, &["key", "min_value", "max_value", "invert_match"]);
-            let key = required_key(problems, &f);
-            // As in the Collector, 0 means "no bound".
-            let min_value = f.int(problems, "min_value").filter(|&v| v != 0);
-            let max_value = f.int(problems, "max_value").filter(|&v| v != 0);
-            match (min_value, max_value) {
-                (None, None) if !f.wrong_type() => problems.add(
-                    f.path(),
-                    "set min_value and/or max_value (a bound of 0 means no bound, as in the Collector)",
-                ),
-                (Some(min), Some(max)) if min > max => problems.add(
-                    f.key_path("max_value"),
-                    format!("must not be less than min_value ({min})"),
-                ),
-                _ => {}
-            }
-            PolicyKind::NumericAttribute {
-                key,
-                min_value,
-                max_value,
-                invert_match: f.boolean(problems, "invert_match").unwrap_or(false),
-            }
-        }
-        "probabilistic" => {
-            let f = settings(problems, &["sampling_percentage", "hash_salt"]);
-            let sampling_percentage = match f.float(problems, "sampling_percentage") {
-                Some(pct) if (0.0..=100.0).contains(&pct) => pct,
-                Some(_) => {
-                    problems.add(
-                        f.key_path("sampling_percentage"),
-                        "must be between 0 and 100",
-                    );
-                    0.0
-                }
-                None => {
-                    if f.value("sampling_percentage").is_none() {
-                        problems.add(
-                            f.key_path("sampling_percentage"),
-                            "must be set: the percentage of traces to keep, 0 to 100",
-                        );
-                    }
-                    0.0
-                }
-            };
-            // An empty salt (e.g. an unset variable) is the same as none.
-            let hash_salt = f
-                .string(problems, "hash_salt")
-                .filter(|salt| !salt.is_empty());
-            PolicyKind::Probabilistic {
-                sampling_percentage,
-                hash_salt,
-            }
-        }
-        "status_code" => {
-            let f = settings(problems, &["status_codes"]);
-            let names = f.strings(problems, "status_codes").unwrap_or_default();
-            let mut status_codes = Vec::with_capacity(names.len());
-            for (i, name) in names.iter().enumerate() {
-                match name.as_str() {
-                    "OK" => status_codes.push(StatusCodeName::Ok),
-                    "ERROR" => status_codes.push(StatusCodeName::Error),
-                    "UNSET" => status_codes.push(StatusCodeName::Unset),
-                    other => problems.add(
-                        format!("{}[{i}]", f.key_path("status_codes")),
-                        format!("unknown status code {other:?} (known: OK, ERROR, UNSET)"),
-                    ),
-                }
-            }
-            if names.is_empty()
-                && f.value("status_codes")
-                    .is_none_or(|v| matches!(v, Value::Seq(_)))
-            {
-                problems.add(
-                    f.key_path("status_codes"),
-                    "must list at least one status code (OK, ERROR, UNSET)",
-                );
-            }
-            PolicyKind::StatusCode { status_codes }
-        }
-        "string_attribute" => {
-            let f = settings(
-                problems,
-                &[
-                    "key",
-                    "values",
-                    "enabled_regex_matching",
-                    "cache_max_size",
-                    "invert_match",
-                ],
-            );
-            let key = required_key(problems, &f);
-            let values = required_values(problems, &f);
-            let enabled_regex_matching = f
-                .boolean(problems, "enabled_regex_matching")
-                .unwrap_or(false);
-            if enabled_regex_matching {
-                for (i, pattern) in values.iter().enumerate() {
-                    if let Err(error) = regex::Regex::new(pattern) {
-                        problems.add(
-                            format!("{}[{i}]", f.key_path("values")),
-                            format!(
-                                "invalid regular expression: {}",
-                                one_line(&error.to_string())
-                            ),
-                        );
-                    }
-                }
-            }
-            // 0 means the default, as in the Collector.
-            let cache_max_size = match size(problems, &f, "cache_max_size", 0) {
-                0 => defaults::TAIL_STRING_CACHE_MAX_SIZE,
-                n => n,
-            };
-            PolicyKind::StringAttribute {
-                key,
-                values,
-                enabled_regex_matching,
-                cache_max_size,
-                invert_match: f.boolean(problems, "invert_match").unwrap_or(false),
-            }
-        }
-        "boolean_attribute" => {
-            let f = settings(problems, &["key", "value", "invert_match"]);
-            PolicyKind::BooleanAttribute {
-                key: required_key(problems, &f),
-                value: f.boolean(problems, "value").unwrap_or(false),
-                invert_match: f.boolean(problems, "invert_match").unwrap_or(false),
-            }
-        }
-        "trace_state" => {
-            let f = settings(problems, &["key", "values"]);
-            PolicyKind::TraceState {
-                key: required_key(problems, &f),
-                values: required_values(problems, &f),
-            }
-        }
-        "rate_limiting" => {
-            let f = settings(problems, &["spans_per_second", "burst_capacity"]);
-            PolicyKind::RateLimiting {
-                spans_per_second: positive_rate(problems, &f, "spans_per_second"),
-                burst_capacity: f.uint(problems, "burst_capacity").filter(|&b| b > 0),
-            }
-        }
-        "bytes_limiting" => {
-            let f = settings(problems, &["bytes_per_second", "burst_capacity"]);
-            PolicyKind::BytesLimiting {
-                bytes_per_second: positive_rate(problems, &f, "bytes_per_second"),
-                burst_capacity: f.uint(problems, "burst_capacity").filter(|&b| b > 0),
-            }
-        }
-        "span_count" => {
-            let f = settings(problems, &["min_spans", "max_spans"]);
-            let min_spans = f.uint(problems, "min_spans").unwrap_or(0);
-            let max_spans = f.uint(problems, "max_spans").filter(|&m| m > 0);
-            if let Some(max) = max_spans
-                && max < min_spans
-            {
-                problems.add(
-                    f.key_path("max_spans"),
-                    format!(
-                        "must not be less than min_spans ({min_spans}), or 0 for no upper bound"
-                    ),
-                );
-            }
-            PolicyKind::SpanCount {
-                min_spans,
-                max_spans,
-            }
-        }
-        "and" => {
-            let f = settings(problems, &["and_sub_policy"]);
-            PolicyKind::And {
-                sub_policies: policy_list(problems, &f, "and_sub_policy", false),
-            }
-        }
-        "drop" => {
-            let f = settings(problems, &["drop_sub_policy"]);
-            PolicyKind::Drop {
-                sub_policies: policy_list(problems, &f, "drop_sub_policy", false),
-            }
-        }
-        "not" => {
-            let f = settings(problems, &["not_sub_policy"]);
-            let path = f.key_path("not_sub_policy");
-            match f.value("not_sub_policy") {
-                Some(value) => PolicyKind::Not {
-                    sub_policy: Box::new(policy(problems, &path, value, false)?),
-                },
-                None => {
-                    if !f.wrong_type() {
-                        problems.add(path, "must be set to one policy: {name, type, ...}");
-                    }
-                    return None;
-                }
-            }
-        }
-        "composite" => {
-            let f = settings(
-                problems,
-                &[
-                    "max_total_spans_per_second",
-                    "policy_order",
-                    "composite_sub_policy",
-                    "rate_allocation",
-                ],
-            );
-            composite(problems, &f)
-        }
+        "latency" => (&["threshold_ms", "upper_threshold_ms"], latency),
+        "numeric_attribute" => (
+            &["key", "min_value", "max_value", "invert_match"],
+            numeric_attribute,
+        ),
+        "probabilistic" => (&["sampling_percentage", "hash_salt"], probabilistic),
+        "status_code" => (&["status_codes"], status_code),
+        "string_attribute" => (
+            &[
+                "key",
+                "values",
+                "enabled_regex_matching",
+                "cache_max_size",
+                "invert_match",
+            ],
+            string_attribute,
+        ),
+        "boolean_attribute" => (&["key", "value", "invert_match"], boolean_attribute),
+        "trace_state" => (&["key", "values"], trace_state),
+        "rate_limiting" => (&["spans_per_second", "burst_capacity"], rate_limiting),
+        "bytes_limiting" => (&["bytes_per_second", "burst_capacity"], bytes_limiting),
+        "span_count" => (&["min_spans", "max_spans"], span_count),
+        "and" => (&["and_sub_policy"], and_policy),
+        "drop" => (&["drop_sub_policy"], drop_policy),
+        "not" => (&["not_sub_policy"], not_policy),
+        "composite" => (
+            &[
+                "max_total_spans_per_second",
+                "policy_order",
+                "composite_sub_policy",
+                "rate_allocation",
+            ],
+            composite,
+        ),
         _ => return None,
     })
 }
 
+/// `latency`.
+fn latency(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    let threshold_ms = f.uint(problems, "threshold_ms").unwrap_or(0);
+    let upper_threshold_ms = f.uint(problems, "upper_threshold_ms").filter(|&u| u > 0);
+    if let Some(upper) = upper_threshold_ms
+        && upper <= threshold_ms
+    {
+        problems.add(
+            f.key_path("upper_threshold_ms"),
+            format!("must be greater than threshold_ms ({threshold_ms}), or 0 for no upper bound"),
+        );
+    }
+    Some(PolicyKind::Latency {
+        threshold_ms,
+        upper_threshold_ms,
+    })
+}
+
+/// `numeric_attribute`.
+fn numeric_attribute(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    let key = required_key(problems, f);
+    // As in the Collector, 0 means "no bound".
+    let min_value = f.int(problems, "min_value").filter(|&v| v != 0);
+    let max_value = f.int(problems, "max_value").filter(|&v| v != 0);
+    match (min_value, max_value) {
+        (None, None) if !f.wrong_type() => problems.add(
+            f.path(),
+            "set min_value and/or max_value (a bound of 0 means no bound, as in the Collector)",
+        ),
+        (Some(min), Some(max)) if min > max => problems.add(
+            f.key_path("max_value"),
+            format!("must not be less than min_value ({min})"),
+        ),
+        _ => {}
+    }
+    Some(PolicyKind::NumericAttribute {
+        key,
+        min_value,
+        max_value,
+        invert_match: f.boolean(problems, "invert_match").unwrap_or(false),
+    })
+}
+
+/// `probabilistic`.
+fn probabilistic(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    let sampling_percentage = match f.float(problems, "sampling_percentage") {
+        Some(pct) if (0.0..=100.0).contains(&pct) => pct,
+        Some(_) => {
+            problems.add(
+                f.key_path("sampling_percentage"),
+                "must be between 0 and 100",
+            );
+            0.0
+        }
+        None => {
+            if f.value("sampling_percentage").is_none() {
+                problems.add(
+                    f.key_path("sampling_percentage"),
+                    "must be set: the percentage of traces to keep, 0 to 100",
+                );
+            }
+            0.0
+        }
+    };
+    // An empty salt (e.g. an unset variable) is the same as none.
+    let hash_salt = f
+        .string(problems, "hash_salt")
+        .filter(|salt| !salt.is_empty());
+    Some(PolicyKind::Probabilistic {
+        sampling_percentage,
+        hash_salt,
+    })
+}
+
+/// `status_code`.
+fn status_code(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    let names = f.strings(problems, "status_codes").unwrap_or_default();
+    let mut status_codes = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        match name.as_str() {
+            "OK" => status_codes.push(StatusCodeName::Ok),
+            "ERROR" => status_codes.push(StatusCodeName::Error),
+            "UNSET" => status_codes.push(StatusCodeName::Unset),
+            other => problems.add(
+                format!("{}[{i}]", f.key_path("status_codes")),
+                format!("unknown status code {other:?} (known: OK, ERROR, UNSET)"),
+            ),
+        }
+    }
+    if names.is_empty()
+        && f.value("status_codes")
+            .is_none_or(|v| matches!(v, Value::Seq(_)))
+    {
+        problems.add(
+            f.key_path("status_codes"),
+            "must list at least one status code (OK, ERROR, UNSET)",
+        );
+    }
+    Some(PolicyKind::StatusCode { status_codes })
+}
+
+/// `string_attribute`.
+fn string_attribute(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    let key = required_key(problems, f);
+    let values = required_values(problems, f);
+    let regex = if f
+        .boolean(problems, "enabled_regex_matching")
+        .unwrap_or(false)
+    {
+        regex_values(problems, f, &values)
+    } else {
+        None
+    };
+    // 0 means the default, as in the Collector.
+    let cache_max_size = match size(problems, f, "cache_max_size", 0) {
+        0 => defaults::TAIL_STRING_CACHE_MAX_SIZE,
+        n => n,
+    };
+    Some(PolicyKind::StringAttribute {
+        key,
+        values,
+        regex,
+        cache_max_size,
+        invert_match: f.boolean(problems, "invert_match").unwrap_or(false),
+    })
+}
+
+/// `boolean_attribute`.
+fn boolean_attribute(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    Some(PolicyKind::BooleanAttribute {
+        key: required_key(problems, f),
+        value: f.boolean(problems, "value").unwrap_or(false),
+        invert_match: f.boolean(problems, "invert_match").unwrap_or(false),
+    })
+}
+
+/// `trace_state`.
+fn trace_state(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    Some(PolicyKind::TraceState {
+        key: required_key(problems, f),
+        values: required_values(problems, f),
+    })
+}
+
+/// `rate_limiting`.
+fn rate_limiting(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    Some(PolicyKind::RateLimiting {
+        spans_per_second: positive_rate(problems, f, "spans_per_second"),
+        burst_capacity: f.uint(problems, "burst_capacity").filter(|&b| b > 0),
+    })
+}
+
+/// `bytes_limiting`.
+fn bytes_limiting(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    Some(PolicyKind::BytesLimiting {
+        bytes_per_second: positive_rate(problems, f, "bytes_per_second"),
+        burst_capacity: f.uint(problems, "burst_capacity").filter(|&b| b > 0),
+    })
+}
+
+/// `span_count`.
+fn span_count(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    let min_spans = f.uint(problems, "min_spans").unwrap_or(0);
+    let max_spans = f.uint(problems, "max_spans").filter(|&m| m > 0);
+    if let Some(max) = max_spans
+        && max < min_spans
+    {
+        problems.add(
+            f.key_path("max_spans"),
+            format!("must not be less than min_spans ({min_spans}), or 0 for no upper bound"),
+        );
+    }
+    Some(PolicyKind::SpanCount {
+        min_spans,
+        max_spans,
+    })
+}
+
+/// `and`.
+fn and_policy(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    Some(PolicyKind::And {
+        sub_policies: policy_list(problems, f, "and_sub_policy", false),
+    })
+}
+
+/// `drop`.
+fn drop_policy(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    Some(PolicyKind::Drop {
+        sub_policies: policy_list(problems, f, "drop_sub_policy", false),
+    })
+}
+
+/// `not`: one sub-policy, required.
+fn not_policy(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
+    let path = f.key_path("not_sub_policy");
+    match f.value("not_sub_policy") {
+        Some(value) => Some(PolicyKind::Not {
+            sub_policy: Box::new(policy(problems, &path, value, false)?),
+        }),
+        None => {
+            if !f.wrong_type() {
+                problems.add(path, "must be set to one policy: {name, type, ...}");
+            }
+            None
+        }
+    }
+}
+
 /// `composite`.
-fn composite(problems: &mut Problems, f: &Fields<'_>) -> PolicyKind {
+fn composite(problems: &mut Problems, f: &Fields<'_>) -> Option<PolicyKind> {
     let max_total_spans_per_second = positive_rate(problems, f, "max_total_spans_per_second");
     let sub_policies = policy_list(problems, f, "composite_sub_policy", false);
     let is_sub = |name: &str| sub_policies.iter().any(|p| p.name == name);
@@ -632,11 +664,47 @@ fn composite(problems: &mut Problems, f: &Fields<'_>) -> PolicyKind {
             ),
         ),
     }
-    PolicyKind::Composite {
+    Some(PolicyKind::Composite {
         max_total_spans_per_second,
         policy_order,
         sub_policies,
         rate_allocation,
+    })
+}
+
+/// `values` compiled as one set of regular expressions, as the sampler matches them. Each
+/// pattern that does not compile is reported at its index; a set of patterns that each
+/// compile but are too large together is reported at `values`.
+fn regex_values(problems: &mut Problems, f: &Fields<'_>, values: &[String]) -> Option<RegexValues> {
+    let mut valid = true;
+    for (i, pattern) in values.iter().enumerate() {
+        if let Err(error) = regex::Regex::new(pattern) {
+            valid = false;
+            problems.add(
+                format!("{}[{i}]", f.key_path("values")),
+                format!(
+                    "invalid regular expression: {}",
+                    one_line(&error.to_string())
+                ),
+            );
+        }
+    }
+    if !valid {
+        return None;
+    }
+    match RegexValues::new(values) {
+        Ok(set) => Some(set),
+        Err(error) => {
+            problems.add(
+                f.key_path("values"),
+                format!(
+                    "the regular expressions cannot be compiled together: {}; use fewer or \
+                     simpler patterns",
+                    one_line(&error.to_string()).trim_end_matches('.')
+                ),
+            );
+            None
+        }
     }
 }
 

@@ -70,6 +70,9 @@ service:
       exporters: [debug]
 ";
 
+/// The directory of the test TLS files: a CA, and a certificate with its key.
+const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/exporter/testdata");
+
 fn no_env(_: &str) -> Option<String> {
     None
 }
@@ -1017,13 +1020,19 @@ exporters:
     );
 }
 
-/// Scenario: exporters with every optional setting written.
+/// Scenario: exporters with every optional setting written (the client certificate and
+/// key are real files; `ca_file` does not exist, and `insecure_skip_verify` means it is not
+/// loaded).
 /// Guarantees: TLS files, headers, `none` compression, queue and retry values and the
 /// HTTP traces_endpoint arrive as written; a disabled retry skips the range checks, as in
 /// the Collector; a gRPC endpoint may be a URL.
 #[test]
 fn exporter_settings() {
-    let config = load_over(
+    let (cert, key) = (
+        format!("{TESTDATA}/sink.pem"),
+        format!("{TESTDATA}/sink.key"),
+    );
+    let config = load_over(&format!(
         "
 exporters:
   otlp:
@@ -1033,8 +1042,8 @@ exporters:
     tls:
       insecure_skip_verify: true
       ca_file: /tls/ca.pem
-      cert_file: /tls/client.crt
-      key_file: /tls/client.key
+      cert_file: {cert}
+      key_file: {key}
       server_name_override: tempo.internal
     headers:
       x-scope-orgid: tenant-a
@@ -1051,7 +1060,7 @@ exporters:
     traces_endpoint: https://tempo.example.com/otlp/v1/traces
     compression: ''
 ",
-    );
+    ));
     let otlp = otlp_exporter(&config, "otlp");
     assert_eq!(otlp.endpoint, "https://tempo.example.com:443");
     assert_eq!(otlp.compression, Compression::None);
@@ -1062,8 +1071,8 @@ exporters:
             insecure: false,
             insecure_skip_verify: true,
             ca_file: Some("/tls/ca.pem".into()),
-            cert_file: Some("/tls/client.crt".into()),
-            key_file: Some("/tls/client.key".into()),
+            cert_file: Some(cert.into()),
+            key_file: Some(key.into()),
             server_name_override: Some("tempo.internal".into()),
         }
     );
@@ -1130,7 +1139,7 @@ exporters:
       storage: file_storage/q
 extensions:
   file_storage/q:
-    directory: /var/lib/tailgate/queue
+    directory: /tmp
 service:
   extensions: [file_storage/q]
   pipelines:
@@ -1150,7 +1159,7 @@ fn file_storage_defaults_and_keys() {
     assert_eq!(
         config.extensions[&id("file_storage/q")],
         ExtensionConfig::FileStorage(FileStorageConfig {
-            directory: PathBuf::from("/var/lib/tailgate/queue"),
+            directory: PathBuf::from("/tmp"),
             create_directory: false,
             directory_permissions: 0o750,
             timeout: Duration::from_secs(1),
@@ -1163,7 +1172,7 @@ fn file_storage_defaults_and_keys() {
     assert_eq!(queue.queue_size, nz(5000));
 
     let every_key = FILE_STORAGE.replace(
-        "    directory: /var/lib/tailgate/queue\n",
+        "    directory: /tmp\n",
         "    directory: /q
     create_directory: true
     directory_permissions: '0700'
@@ -1232,7 +1241,7 @@ fn file_storage_errors() {
         ]
     );
     let bad = FILE_STORAGE.replace(
-        "    directory: /var/lib/tailgate/queue\n",
+        "    directory: /tmp\n",
         "    directory_permissions: rwx
     max_size_mib: 0
     compaction:
@@ -1258,7 +1267,7 @@ fn file_storage_errors() {
 #[test]
 fn file_storage_render_round_trips() {
     let config = load_one(&FILE_STORAGE.replace(
-        "    directory: /var/lib/tailgate/queue\n",
+        "    directory: /tmp\n",
         "    directory: /var/lib/tailgate/queue
     create_directory: true
     directory_permissions: '0700'
@@ -1518,7 +1527,8 @@ service:
 /// out (e.g. the retry multiplier).
 #[test]
 fn render_round_trips() {
-    let rich = "
+    let rich = &format!(
+        "
 receivers:
   otlp:
     protocols:
@@ -1547,7 +1557,7 @@ exporters:
     endpoint: https://x
     traces_endpoint: https://x/v1/traces
     tls:
-      ca_file: /ca.pem
+      ca_file: {TESTDATA}/ca.pem
 service:
   pipelines:
     traces/x:
@@ -1558,7 +1568,8 @@ service:
     metrics:
       level: none
   shutdown_timeout: 1h
-";
+"
+    );
     for config in [
         load_one(DEFAULT_CONFIG),
         load_one(COLLECTOR_CONFIG),

@@ -207,6 +207,37 @@ pub struct PolicyConfig {
     pub kind: PolicyKind,
 }
 
+/// The `values` of a `string_attribute` policy with `enabled_regex_matching`, compiled
+/// into one [`regex::RegexSet`] (index `i` is `values[i]`).
+///
+/// The config reader compiles it, once, and reports a pattern that does not compile (or a
+/// set too large to compile) with its path; the sampler uses the compiled set, so a loaded
+/// config has nothing left to fail on. Two are equal when their patterns are.
+#[derive(Clone, Debug)]
+pub struct RegexValues(regex::RegexSet);
+
+impl RegexValues {
+    /// Compiles `values` as one set, as the sampler matches them.
+    ///
+    /// # Errors
+    ///
+    /// When a pattern does not compile, or the set exceeds the regex crate's size limits.
+    pub fn new(values: &[String]) -> Result<Self, regex::Error> {
+        regex::RegexSet::new(values).map(Self)
+    }
+
+    /// The compiled set.
+    pub fn set(&self) -> &regex::RegexSet {
+        &self.0
+    }
+}
+
+impl PartialEq for RegexValues {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.patterns() == other.0.patterns()
+    }
+}
+
 /// A policy's `type` and the settings under the key of the same name.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PolicyKind {
@@ -253,9 +284,10 @@ pub enum PolicyKind {
         key: String,
         /// `values`: at least one.
         values: Vec<String>,
-        /// `enabled_regex_matching`: `values` are regular expressions, matched anywhere in
-        /// the value (as Go's `MatchString`).
-        enabled_regex_matching: bool,
+        /// `enabled_regex_matching: true`: `values` as regular expressions, matched anywhere
+        /// in the value (as Go's `MatchString`), compiled into one set when the config is
+        /// read. `None`: `values` are compared exactly.
+        regex: Option<RegexValues>,
         /// `cache_max_size` (default 128): accepted; tailgate matches all expressions in one
         /// pass of a compiled set and keeps no result cache.
         cache_max_size: usize,

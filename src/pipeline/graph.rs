@@ -54,17 +54,6 @@ pub enum BuildError {
         #[source]
         source: ExporterError,
     },
-    /// A tail_sampling processor is not first in its pipeline.
-    #[error(
-        "service.pipelines.{pipeline}.processors: {processor} must come first (it buffers \
-         whole traces; put batch after it)"
-    )]
-    SamplerNotFirst {
-        /// The pipeline.
-        pipeline: String,
-        /// The tail_sampling processor.
-        processor: ComponentId,
-    },
     /// A tail_sampling processor's policies could not be compiled.
     #[error("processors.{processor}.policies: {source}")]
     Policy {
@@ -549,7 +538,7 @@ impl Builder<'_> {
         let mut downstream =
             Downstream::exporters(ExporterFanout::new(fanout)).with_give_up(give_up.clone());
         let mut direct = None;
-        for (position, id) in pipeline.processors.iter().enumerate().rev() {
+        for id in pipeline.processors.iter().rev() {
             let Some(processor) = config.processors.get(id) else {
                 continue;
             };
@@ -567,19 +556,9 @@ impl Builder<'_> {
                 }
                 // Admission at the receivers enforces the memory limit, before decoding.
                 ProcessorConfig::MemoryLimiter(_) => {}
+                // Validation puts it first (after memory limiters only): the receivers
+                // feed it directly.
                 ProcessorConfig::TailSampling(_) => {
-                    let only_limiters_before = pipeline.processors[..position].iter().all(|p| {
-                        matches!(
-                            config.processors.get(p),
-                            Some(ProcessorConfig::MemoryLimiter(_))
-                        )
-                    });
-                    if !only_limiters_before {
-                        return Err(BuildError::SamplerNotFirst {
-                            pipeline: pipeline_id.to_string(),
-                            processor: id.clone(),
-                        });
-                    }
                     direct = P::direct_entry(self, id, processor, &downstream)?;
                 }
             }

@@ -45,22 +45,13 @@ mod tests;
 /// The index of a top-level policy, in configuration order; indexes [`PolicySet::names`].
 pub type PolicyIndex = usize;
 
-/// A policy configuration that cannot be compiled. The configuration module checks the
-/// same conditions, so for a validated [`TailSamplingConfig`] this does not happen.
+/// A policy configuration that cannot be compiled. The configuration module refuses it
+/// (with its path), so for a loaded [`TailSamplingConfig`] this does not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     /// There are no policies.
     #[error("tail_sampling has no policies: add at least one")]
     NoPolicies,
-    /// A `string_attribute` regular expression does not compile.
-    #[error("policy {policy:?}: invalid regular expression: {source}")]
-    Regex {
-        /// The name of the policy.
-        policy: String,
-        /// Why it does not compile.
-        #[source]
-        source: regex::Error,
-    },
 }
 
 /// One policy's vote on a trace.
@@ -205,8 +196,9 @@ impl PolicySet {
     ///
     /// # Errors
     ///
-    /// [`PolicyError`] when there are no policies or a regular expression does not compile;
-    /// the configuration module refuses both, so a loaded configuration compiles.
+    /// [`PolicyError`] when there are no policies; the configuration module refuses that, so
+    /// a loaded configuration compiles. (Regular expressions are compiled by the
+    /// configuration module, which reports those that do not compile.)
     pub fn compile(config: &TailSamplingConfig) -> Result<Self, PolicyError> {
         if config.policies.is_empty() {
             return Err(PolicyError::NoPolicies);
@@ -488,20 +480,16 @@ impl Compiler {
             PolicyKind::StringAttribute {
                 key,
                 values,
-                enabled_regex_matching,
+                regex,
                 cache_max_size: _,
                 invert_match,
             } => {
-                let matcher = if *enabled_regex_matching {
-                    StringMatcher::Regex(RegexSet::new(values).map_err(|source| {
-                        PolicyError::Regex {
-                            policy: policy.name.clone(),
-                            source,
-                        }
-                    })?)
-                } else {
+                let matcher = match regex {
+                    Some(regex) => StringMatcher::Regex(regex.set().clone()),
                     // Empty strings never match, as in the Collector.
-                    StringMatcher::Exact(values.iter().filter(|v| !v.is_empty()).cloned().collect())
+                    None => StringMatcher::Exact(
+                        values.iter().filter(|v| !v.is_empty()).cloned().collect(),
+                    ),
                 };
                 Node::Match {
                     bit: self.predicate(Predicate::Str {
