@@ -6,6 +6,7 @@ mod cli;
 mod disk_queue;
 mod export_retry;
 mod metrics_e2e;
+mod module_graph;
 mod outage;
 mod overload;
 mod prometheus_e2e;
