@@ -10,17 +10,27 @@
 //! `super::`, `self::`, a child module's name, or a name a `use` imported; the rest (`std`,
 //! other crates, local items) name no module of ours.
 //!
-//! A path names the deepest module it walks through: `crate::exporter::queue::X` names
-//! `crate::exporter::queue`; `crate::pipeline::TraceBatch` names `crate::pipeline` (its
-//! `mod.rs`, which re-exports the type) even though the type lives in a child. So a child
-//! that imports a re-export through `super::` depends on its parent. A `mod child;`
-//! declaration is not an edge; `pub use child::X` is. Test code is skipped: items under
+//! A path walks down through modules as far as it can (`crate::exporter::queue::X` reaches
+//! `crate::exporter::queue`); the name after that, `X`, goes to the module that defines it,
+//! following re-exports: an item `X` declared there stays there; an explicit `use .. X` there
+//! is followed to its target; else the first glob `use m::*` there whose module declares or
+//! re-exports `X` is followed; else the path names the module it reached. A `pub`,
+//! `pub(crate)`, `pub(super)` or `pub(in ..)` `use` is seen from anywhere; a plain `use`
+//! only from its own module and that module's descendants, as in Rust. So a child that
+//! imports `super::Thing`, which its parent's `mod.rs` re-exports from `types.rs`, depends
+//! on `types.rs`, not on the facade; the facade itself depends on `types.rs` through its
+//! `pub use types::*`. A name imported from outside the crate names no module of ours.
+//! A `mod child;` declaration is not an edge. Test code is skipped: items under
 //! `#[cfg(test)]`, and the test module files they declare. Edges inside one file are ignored.
 //!
 //! Cycles are the strongly connected components of more than one node, at two levels: files,
 //! and top-level modules (`crate::a::..` collapsed to `a`, edges inside `a` dropped). The
 //! report prints one block per component: its members, one shortest cycle with the file:line
 //! of every edge on it, then the component's other edges.
+//!
+//! The real-tree tests read the crate in `$MODULE_GRAPH_ROOT` when it is set (another
+//! checkout of this crate, e.g. `MODULE_GRAPH_ROOT=/path/to/checkout cargo test --test
+//! integration module_graph -- --ignored --nocapture`), else this crate's own directory.
 //!
 //! Line numbers: `proc-macro2` spans carry no line unless its `span-locations` feature is
 //! on, which would take one more direct dependency. So before parsing, every identifier that
@@ -450,6 +460,14 @@ fn strongly_connected(next: &BTreeMap<&str, Vec<&str>>) -> Vec<Vec<String>> {
 /// Names a `use` binds in one scope, each to the path (as written) it imports.
 type Bindings = HashMap<String, Vec<String>>;
 
+/// One module-level `use` leaf: a name's target, or a glob's module.
+struct Import {
+    /// The path as written (`types::ComponentId`, or `types` for `types::*`).
+    target: Vec<String>,
+    /// Seen from outside its module and that module's descendants: `pub`, `pub(..)`.
+    public: bool,
+}
+
 struct Module {
     /// Segments after `crate`.
     path: Vec<String>,
@@ -457,7 +475,21 @@ struct Module {
     file: usize,
     parent: Option<usize>,
     children: BTreeMap<String, usize>,
-    imports: Bindings,
+    /// Names its explicit `use` items bind; the first binding of a name wins.
+    imports: HashMap<String, Import>,
+    /// Its glob `use` items, in source order.
+    globs: Vec<Import>,
+    /// Names of the items it declares itself (structs, fns, consts, traits, macros, ..),
+    /// child modules aside.
+    declared: BTreeSet<String>,
+}
+
+/// Where a module's namespace says a name is defined.
+enum Lookup {
+    /// In this module of ours, or (`None`) outside the crate.
+    Found(Option<usize>),
+    /// The module neither declares the name nor imports it where the asker can see.
+    Missing,
 }
 
 struct SourceFile {
@@ -486,7 +518,9 @@ impl Tree {
                 file: 0,
                 parent: None,
                 children: BTreeMap::new(),
-                imports: Bindings::new(),
+                imports: HashMap::new(),
+                globs: Vec::new(),
+                declared: BTreeSet::new(),
             }],
             files: Vec::new(),
             test_files: BTreeSet::new(),
@@ -529,7 +563,8 @@ impl Tree {
         Ok(())
     }
 
-    /// Registers the imports and child modules declared by `items`, the body of `module`.
+    /// Registers the imports, items and child modules declared by `items`, the body of
+    /// `module`.
     /// `dir` is where its `mod x;` children live, `path_base` what their `#[path]` is relative
     /// to (the file's directory at a file's top level, `dir` inside an inline module).
     fn declare(
@@ -543,13 +578,18 @@ impl Tree {
         for item in items {
             match item {
                 Item::Use(item_use) if !is_cfg_test(&item_use.attrs) => {
+                    let public = !matches!(item_use.vis, syn::Visibility::Inherited);
                     for leaf in use_leaves(&item_use.tree) {
-                        if let Some(name) = leaf.binding {
-                            let segs = leaf.segs.into_iter().map(|(seg, _)| seg).collect();
-                            self.modules[module].imports.entry(name).or_insert(segs);
+                        let target = leaf.segs.into_iter().map(|(seg, _)| seg).collect();
+                        let import = Import { target, public };
+                        if leaf.glob {
+                            self.modules[module].globs.push(import);
+                        } else if let Some(name) = leaf.binding {
+                            self.modules[module].imports.entry(name).or_insert(import);
                         }
                     }
                 }
+                Item::Use(_) => {}
                 Item::Mod(item_mod) => {
                     let name = untag(&item_mod.ident).0;
                     let test = is_cfg_test(&item_mod.attrs);
@@ -585,7 +625,11 @@ impl Tree {
                         }
                     }
                 }
-                _ => {}
+                _ if is_cfg_test(item_attrs(item)) => {}
+                _ => {
+                    let declared = &mut self.modules[module].declared;
+                    declared.extend(declared_names(item).iter().map(|ident| untag(ident).0));
+                }
             }
         }
         Ok(())
@@ -599,7 +643,9 @@ impl Tree {
             file,
             parent: Some(parent),
             children: BTreeMap::new(),
-            imports: Bindings::new(),
+            imports: HashMap::new(),
+            globs: Vec::new(),
+            declared: BTreeSet::new(),
         });
         let id = self.modules.len() - 1;
         self.modules[parent].children.insert(name.to_owned(), id);
@@ -649,11 +695,14 @@ impl Tree {
         Ok((test_files, unreached))
     }
 
-    /// The deepest module `segs`, written in module `at` (inside blocks that bind `blocks`),
-    /// walks through, and whether it walked through every segment it may.
+    /// The module that `segs`, written in module `at` (inside blocks that bind `blocks`),
+    /// names, and whether it walked through every segment it may; `None` when it names no
+    /// module of ours.
     ///
     /// With `whole`, the last segment may name a module (a `use` path); otherwise it names an
     /// item and is not walked: a single-segment path names a module only through an import.
+    /// The first segment that is not walked (the item, or a name that is no module) goes to
+    /// the module that defines it, through re-exports ([`Tree::settle`]).
     fn resolve(
         &self,
         at: usize,
@@ -681,7 +730,7 @@ impl Tree {
                     module = self.modules[module].parent?;
                     k += 1;
                 }
-                Some(self.walk(module, &segs[k..walkable], hops))
+                self.walk(module, &segs[k..walkable], segs.get(walkable), at, hops)
             }
             "Self" => None,
             name => {
@@ -709,15 +758,24 @@ impl Tree {
                 if walkable >= 1
                     && let Some(&child) = self.modules[at].children.get(name)
                 {
-                    return Some(self.walk(child, &segs[1..walkable], hops));
+                    return self.walk(child, &segs[1..walkable], segs.get(walkable), at, hops);
                 }
-                imported(self.modules[at].imports.get(name)?)
+                imported(&self.modules[at].imports.get(name)?.target)
             }
         }
     }
 
-    /// Walks `segs` down from `module` through child modules and imported modules.
-    fn walk(&self, mut module: usize, segs: &[String], hops: u32) -> (usize, bool) {
+    /// Walks `segs` down from `module` through child modules and imported modules, then
+    /// settles the first segment that is not one, or else `next` (the item a non-`use` path
+    /// ends in), on the module that defines it, as seen from `viewer`.
+    fn walk(
+        &self,
+        mut module: usize,
+        segs: &[String],
+        next: Option<&String>,
+        viewer: usize,
+        hops: u32,
+    ) -> Option<(usize, bool)> {
         for seg in segs {
             if let Some(&child) = self.modules[module].children.get(seg) {
                 module = child;
@@ -726,13 +784,86 @@ impl Tree {
             let alias = self.modules[module]
                 .imports
                 .get(seg)
-                .and_then(|target| self.resolve(module, &[], target, true, hops + 1));
+                .and_then(|import| self.resolve(module, &[], &import.target, true, hops + 1));
             match alias {
                 Some((target, true)) => module = target,
-                _ => return (module, false),
+                _ => {
+                    return self
+                        .settle(module, seg, viewer, hops)
+                        .map(|found| (found, false));
+                }
             }
         }
-        (module, true)
+        match next {
+            Some(name) => self
+                .settle(module, name, viewer, hops)
+                .map(|found| (found, true)),
+            None => Some((module, true)),
+        }
+    }
+
+    /// The module that defines `name`, named through `module` by code in `viewer`: where
+    /// `module`'s re-exports lead, or `module` itself when they lead nowhere.
+    fn settle(&self, module: usize, name: &str, viewer: usize, hops: u32) -> Option<usize> {
+        match self.lookup(module, name, viewer, hops) {
+            Lookup::Found(found) => found,
+            Lookup::Missing => Some(module),
+        }
+    }
+
+    /// Where `module`'s namespace, as `viewer` sees it, says `name` is defined: an item
+    /// declared in `module`, then an explicit import, then the first glob import that
+    /// provides it, then a child module of that name.
+    fn lookup(&self, module: usize, name: &str, viewer: usize, hops: u32) -> Lookup {
+        if hops > MAX_HOPS {
+            return Lookup::Missing;
+        }
+        let here = &self.modules[module];
+        if here.declared.contains(name) {
+            return Lookup::Found(Some(module));
+        }
+        if let Some(import) = here.imports.get(name)
+            && self.sees(viewer, module, import)
+        {
+            // The import is written in `module`: `module` is who looks further.
+            let found = self.resolve(module, &[], &import.target, false, hops + 1);
+            return Lookup::Found(found.map(|(target, _)| target));
+        }
+        for glob in &here.globs {
+            if !self.sees(viewer, module, glob) {
+                continue;
+            }
+            let Some((source, true)) = self.resolve(module, &[], &glob.target, true, hops + 1)
+            else {
+                continue;
+            };
+            if source == module {
+                continue;
+            }
+            if let Lookup::Found(found) = self.lookup(source, name, module, hops + 1) {
+                return Lookup::Found(found);
+            }
+        }
+        match here.children.get(name) {
+            Some(&child) => Lookup::Found(Some(child)),
+            None => Lookup::Missing,
+        }
+    }
+
+    /// Whether code in `viewer` sees `import`, a `use` of `owner`: a `pub(..)` one from
+    /// anywhere, a plain one from `owner` and its descendants only.
+    fn sees(&self, viewer: usize, owner: usize, import: &Import) -> bool {
+        if import.public {
+            return true;
+        }
+        let mut module = Some(viewer);
+        while let Some(current) = module {
+            if current == owner {
+                return true;
+            }
+            module = self.modules[current].parent;
+        }
+        false
     }
 }
 
@@ -1033,6 +1164,34 @@ impl<'ast> Visit<'ast> for Walker<'_> {
         if !is_cfg_test(&local.attrs) {
             visit::visit_local(self, local);
         }
+    }
+}
+
+/// The names an item declares in its module's namespace (none for `use`, `impl`, `mod`,
+/// which are handled on their own, or a macro call).
+fn declared_names(item: &Item) -> Vec<&Ident> {
+    match item {
+        Item::Const(item) => vec![&item.ident],
+        Item::Enum(item) => vec![&item.ident],
+        Item::Fn(item) => vec![&item.sig.ident],
+        Item::Macro(item) => item.ident.iter().collect(),
+        Item::Static(item) => vec![&item.ident],
+        Item::Struct(item) => vec![&item.ident],
+        Item::Trait(item) => vec![&item.ident],
+        Item::TraitAlias(item) => vec![&item.ident],
+        Item::Type(item) => vec![&item.ident],
+        Item::Union(item) => vec![&item.ident],
+        Item::ForeignMod(block) => block
+            .items
+            .iter()
+            .filter_map(|item| match item {
+                syn::ForeignItem::Fn(item) => Some(&item.sig.ident),
+                syn::ForeignItem::Static(item) => Some(&item.ident),
+                syn::ForeignItem::Type(item) => Some(&item.ident),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -1386,6 +1545,21 @@ fn check(files: &[(&str, &str)]) -> Report {
     module_cycles(dir.path()).expect("the checker reads the synthetic crate")
 }
 
+/// The crate the real-tree tests read: `$MODULE_GRAPH_ROOT` when set, else this crate.
+fn real_root() -> PathBuf {
+    std::env::var_os("MODULE_GRAPH_ROOT")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
+/// The file edges of `report`, as (from, to) pairs.
+fn edge_pairs(report: &Report) -> Vec<(&str, &str)> {
+    report
+        .file_edges
+        .keys()
+        .map(|(from, to)| (from.as_str(), to.as_str()))
+        .collect()
+}
+
 fn site(file: &str, line: usize, path: &str) -> Site {
     Site {
         file: file.to_owned(),
@@ -1394,24 +1568,26 @@ fn site(file: &str, line: usize, path: &str) -> Site {
     }
 }
 
-/// Scenario: the library in `src/` as it is, read by the checker.
+/// Scenario: the library in `src/` as it is (or in `$MODULE_GRAPH_ROOT/src/`), read by the
+/// checker.
 /// Guarantees: the library has no module dependency cycle: none between files, none between
 /// top-level modules; on failure the message lists each cycle with the file:line of every
 /// edge in it.
 #[test]
 #[ignore = "enabled once the tree is acyclic"]
 fn src_has_no_module_cycle() {
-    let report = module_cycles(Path::new(env!("CARGO_MANIFEST_DIR"))).expect("src/ reads");
+    let report = module_cycles(&real_root()).expect("src/ reads");
     assert!(report.is_acyclic(), "{report}");
 }
 
-/// Scenario: the checker reads the real `src/`, whatever its cycles.
+/// Scenario: the checker reads the real `src/` (or `$MODULE_GRAPH_ROOT/src/`), whatever its
+/// cycles.
 /// Guarantees: every file parses; every `.rs` file under `src/` is either read as a library
 /// module or skipped as a test module or another crate's root, so no file escapes the check;
 /// files map to their module paths.
 #[test]
 fn checker_reads_the_whole_library() {
-    let report = module_cycles(Path::new(env!("CARGO_MANIFEST_DIR"))).expect("src/ reads");
+    let report = module_cycles(&real_root()).expect("src/ reads");
     assert!(report.unreached.is_empty(), "{report}");
     assert_eq!(
         report.files.get("src/lib.rs").map(String::as_str),
@@ -1664,4 +1840,184 @@ fn path_attribute_is_followed() {
         report.file_cycles[0].members,
         ["src/m/impls/odd_name.rs", "src/m/mod.rs"]
     );
+}
+
+/// Scenario: a facade `mod.rs` re-exports its children's items by globs (`pub use types::*;`,
+/// then `pub use extra::*;`) and uses a sibling `ids.rs`, which imports `super::Thing` and
+/// names `super::Other`, defined in `types.rs` and `extra.rs`.
+/// Guarantees: no cycle: the sibling's paths are edges to the files that define the items,
+/// `Other` through the first glob that provides it; the facade keeps its edges to the
+/// children it re-exports from and uses.
+#[test]
+fn glob_reexport_through_facade_is_acyclic() {
+    let report = check(&[
+        ("src/lib.rs", "pub mod c;\n"),
+        (
+            "src/c/mod.rs",
+            "mod extra;\nmod ids;\nmod types;\n\npub use types::*;\npub use extra::*;\n\n\
+             use ids::Id;\n\npub fn load() -> Id {\n    todo!()\n}\n",
+        ),
+        ("src/c/types.rs", "pub struct Thing;\n"),
+        ("src/c/extra.rs", "pub struct Other;\n"),
+        (
+            "src/c/ids.rs",
+            "use super::Thing;\n\npub struct Id(Thing);\n\npub fn other() -> super::Other {\n    \
+             todo!()\n}\n",
+        ),
+    ]);
+    assert!(report.is_acyclic(), "{report}");
+    assert_eq!(
+        edge_pairs(&report),
+        [
+            ("src/c/ids.rs", "src/c/extra.rs"),
+            ("src/c/ids.rs", "src/c/types.rs"),
+            ("src/c/mod.rs", "src/c/extra.rs"),
+            ("src/c/mod.rs", "src/c/ids.rs"),
+            ("src/c/mod.rs", "src/c/types.rs"),
+        ],
+        "{report}"
+    );
+    assert_eq!(
+        report.file_edges[&("src/c/ids.rs".to_owned(), "src/c/types.rs".to_owned())],
+        [
+            site("src/c/ids.rs", 1, "super::Thing"),
+            site("src/c/ids.rs", 3, "Thing"),
+        ]
+    );
+    assert_eq!(
+        report.file_edges[&("src/c/ids.rs".to_owned(), "src/c/extra.rs".to_owned())],
+        [site("src/c/ids.rs", 5, "super::Other")]
+    );
+    assert_eq!(
+        report.file_edges[&("src/c/mod.rs".to_owned(), "src/c/types.rs".to_owned())],
+        [site("src/c/mod.rs", 5, "types::*")]
+    );
+}
+
+/// Scenario: a facade re-exports explicitly (`pub use child::{Thing, Other as Renamed};`) and
+/// imports `child::Hidden` with a plain `use`; its child `user.rs`, which the facade uses,
+/// names all three through `super::`; a module outside the facade names
+/// `crate::p::Hidden`, which rustc would reject.
+/// Guarantees: no cycle: the child's paths are edges to `child.rs`, the renamed item and the
+/// plain import included (a descendant sees a plain `use`); the outside module's path is an
+/// edge to the facade, since a plain `use` is no re-export for it.
+#[test]
+fn explicit_reexport_through_facade_is_followed() {
+    let report = check(&[
+        ("src/lib.rs", "pub mod p;\npub mod q;\n"),
+        (
+            "src/p/mod.rs",
+            "mod child;\nmod user;\n\npub use child::{Other as Renamed, Thing};\n\
+             use child::Hidden;\nuse user::User;\n\npub fn make(_: Hidden) -> User {\n    \
+             todo!()\n}\n",
+        ),
+        (
+            "src/p/child.rs",
+            "pub struct Thing;\npub struct Other;\npub struct Hidden;\n",
+        ),
+        (
+            "src/p/user.rs",
+            "pub struct User(super::Thing, super::Renamed);\n\npub fn hide(_: super::Hidden) \
+             {}\n",
+        ),
+        ("src/q.rs", "pub fn peek(_: crate::p::Hidden) {}\n"),
+    ]);
+    assert!(report.is_acyclic(), "{report}");
+    assert_eq!(
+        edge_pairs(&report),
+        [
+            ("src/p/mod.rs", "src/p/child.rs"),
+            ("src/p/mod.rs", "src/p/user.rs"),
+            ("src/p/user.rs", "src/p/child.rs"),
+            ("src/q.rs", "src/p/mod.rs"),
+        ],
+        "{report}"
+    );
+    assert_eq!(
+        report.file_edges[&("src/p/user.rs".to_owned(), "src/p/child.rs".to_owned())],
+        [
+            site("src/p/user.rs", 1, "super::Renamed"),
+            site("src/p/user.rs", 1, "super::Thing"),
+            site("src/p/user.rs", 3, "super::Hidden"),
+        ]
+    );
+    assert_eq!(
+        report.file_edges[&("src/q.rs".to_owned(), "src/p/mod.rs".to_owned())],
+        [site("src/q.rs", 1, "crate::p::Hidden")]
+    );
+}
+
+/// Scenario: `a.rs` defines `A` and names `super::B`; `b.rs` defines `B` and imports
+/// `super::A`; the facade `mod.rs` re-exports both (`pub use a::A; pub use b::B;`).
+/// Guarantees: the cycle `a.rs <-> b.rs` is found through the re-exports, with the file:line
+/// of each edge; the facade is not part of it.
+#[test]
+fn cycle_through_reexports_is_found() {
+    let report = check(&[
+        ("src/lib.rs", "pub mod m;\n"),
+        (
+            "src/m/mod.rs",
+            "mod a;\nmod b;\n\npub use a::A;\npub use b::B;\n",
+        ),
+        (
+            "src/m/a.rs",
+            "pub struct A;\n\npub fn make_b() -> super::B {\n    todo!()\n}\n",
+        ),
+        ("src/m/b.rs", "use super::A;\n\npub struct B(pub A);\n"),
+    ]);
+    assert_eq!(report.file_cycles.len(), 1, "{report}");
+    let cycle = &report.file_cycles[0];
+    assert_eq!(cycle.members, ["src/m/a.rs", "src/m/b.rs"]);
+    assert_eq!(
+        (cycle.cycle[0].from.as_str(), cycle.cycle[0].to.as_str()),
+        ("src/m/a.rs", "src/m/b.rs")
+    );
+    assert_eq!(cycle.cycle[0].sites, [site("src/m/a.rs", 3, "super::B")]);
+    assert_eq!(
+        cycle.cycle[1].sites,
+        [
+            site("src/m/b.rs", 1, "super::A"),
+            site("src/m/b.rs", 3, "A")
+        ]
+    );
+    assert!(cycle.other_edges.is_empty());
+    assert!(report.module_cycles.is_empty(), "{report}");
+}
+
+/// Scenario: a facade re-exports its child by a glob and declares `Local` itself; the child
+/// names `super::Local`, `super::Missing` (declared nowhere) and `super::Duration` (which the
+/// facade re-exports from `std`).
+/// Guarantees: `Local` and `Missing` are edges to the facade, which makes a real cycle with
+/// the facade's glob re-export; `Duration` is no edge.
+#[test]
+fn name_declared_in_facade_is_an_edge_to_it() {
+    let report = check(&[
+        ("src/lib.rs", "pub mod f;\n"),
+        (
+            "src/f/mod.rs",
+            "mod child;\n\npub use child::*;\npub use std::time::Duration;\n\npub struct Local;\n",
+        ),
+        (
+            "src/f/child.rs",
+            "pub struct Thing(pub super::Local, pub super::Duration);\n\n\
+             pub fn odd() -> super::Missing {\n    todo!()\n}\n",
+        ),
+    ]);
+    assert_eq!(report.file_cycles.len(), 1, "{report}");
+    assert_eq!(
+        report.file_cycles[0].members,
+        ["src/f/child.rs", "src/f/mod.rs"]
+    );
+    assert_eq!(
+        report.file_edges[&("src/f/child.rs".to_owned(), "src/f/mod.rs".to_owned())],
+        [
+            site("src/f/child.rs", 1, "super::Local"),
+            site("src/f/child.rs", 3, "super::Missing"),
+        ]
+    );
+    assert_eq!(
+        report.file_edges[&("src/f/mod.rs".to_owned(), "src/f/child.rs".to_owned())],
+        [site("src/f/mod.rs", 3, "child::*")]
+    );
+    assert_eq!(report.file_edges.len(), 2, "{report}");
 }
