@@ -7,6 +7,7 @@ mod disk_queue;
 mod export_retry;
 mod late_spans;
 mod metrics_e2e;
+mod module_graph;
 mod outage;
 mod overload;
 mod prometheus_e2e;
