@@ -1574,7 +1574,6 @@ fn site(file: &str, line: usize, path: &str) -> Site {
 /// top-level modules; on failure the message lists each cycle with the file:line of every
 /// edge in it.
 #[test]
-#[ignore = "enabled once the tree is acyclic"]
 fn src_has_no_module_cycle() {
     let report = module_cycles(&real_root()).expect("src/ reads");
     assert!(report.is_acyclic(), "{report}");
