@@ -8,21 +8,84 @@
 //!
 //! Metrics go through a [`MetricsIntake`] beside it: a prost decode validates the request
 //! and counts its data points, and the original bytes go on.
+//!
+//! Admission, on both transports and in this order, before a request body is read:
+//!
+//! 1. a slot among the receiver's `max_concurrent_requests` in flight, else a retryable
+//!    refusal counted as `too_many_requests`;
+//! 2. a [`Reservation`] of the memory budget for what the body may come to (its declared
+//!    length, else the receiver's maximum size), else a retryable refusal counted as
+//!    `overloaded`. The reservation is resized as the body is read, decompressed and
+//!    decoded, and becomes the charge the request's batch carries into the pipeline.
 
+mod in_flight;
 mod metrics;
 pub mod otlp_grpc;
 pub mod otlp_http;
 
 pub use metrics::{ReceiverMetricFamilies, ReceiverMetrics, Transport};
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use prometheus::IntGauge;
 use prost::Message;
 
 use crate::error::PipelineError;
-use crate::limiter::MemoryLimiter;
+use crate::limiter::{MemoryLimiter, Reservation};
 use crate::pipeline::{MetricsBatch, MetricsSink, TraceBatch, TracesSink};
+
+/// What both transports need of a signal's intake.
+trait Intake: Clone + Send + Sync + 'static {
+    /// Admission before the body is read: reserves `bytes` of the memory budget. A refusal
+    /// is counted before it is returned.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Overloaded`] when the memory limiter says no.
+    fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError>;
+
+    /// Validates and admits one encoded request, held under `reservation`, which becomes
+    /// the batch's charge (or is released when the request does not enter a queue).
+    /// Returns the items (spans or data points) admitted. Every refusal is counted.
+    fn ingest(
+        &self,
+        request: Bytes,
+        reservation: Reservation,
+    ) -> impl Future<Output = Result<usize, PipelineError>> + Send;
+
+    /// Counts a request refused before its items could be counted.
+    fn refuse(&self, error: &PipelineError);
+
+    /// Counts a request refused because the receiver had `max_concurrent_requests` in
+    /// flight.
+    fn refuse_too_many(&self);
+
+    /// The gauge of requests in flight on this receiver and transport.
+    fn in_flight_gauge(&self) -> &IntGauge;
+
+    /// Transcodes an OTLP/JSON request of this signal to protobuf.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] naming what is wrong.
+    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError>;
+}
+
+/// Admission by the memory limiter when there is one; counts a refusal.
+fn reserve_with(
+    limiter: Option<&MemoryLimiter>,
+    metrics: &ReceiverMetrics,
+    bytes: usize,
+) -> Result<Reservation, PipelineError> {
+    let Some(limiter) = limiter else {
+        return Ok(Reservation::unlimited());
+    };
+    limiter.reserve(bytes).inspect_err(|error| {
+        metrics.record_refused(0, error);
+    })
+}
 
 /// Validates, counts and admits trace requests for one receiver and transport.
 #[derive(Clone)]
@@ -47,22 +110,8 @@ impl TracesIntake {
         }
     }
 
-    /// Admission, before the request body is read: refuses (retryably, counted) while the
-    /// memory limiter says no. `size_hint` is the body's length when known, else 0.
-    ///
-    /// # Errors
-    ///
-    /// [`PipelineError::Overloaded`].
-    pub fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
-        limiter.admit(size_hint).inspect_err(|error| {
-            self.metrics.record_refused(0, error);
-        })
-    }
-
-    /// Admits an encoded `ExportTraceServiceRequest`; returns its span count.
+    /// Admits an encoded `ExportTraceServiceRequest`, held under `reservation`; returns
+    /// its span count.
     ///
     /// A request with no spans succeeds without entering the pipeline, as in the Collector.
     ///
@@ -70,7 +119,11 @@ impl TracesIntake {
     ///
     /// [`PipelineError::Malformed`] when the bytes are not a valid request, or the
     /// pipeline's refusal. Every refusal is counted before it is returned.
-    pub async fn ingest(&self, request: Bytes) -> Result<usize, PipelineError> {
+    async fn ingest_request(
+        &self,
+        request: Bytes,
+        mut reservation: Reservation,
+    ) -> Result<usize, PipelineError> {
         // A tail sampler needs the spans: parse once (the same walk, as strict, with the
         // same errors as `count_spans`) and hand the views on, rather than validating here
         // and parsing again in the sampler.
@@ -90,7 +143,7 @@ impl TracesIntake {
             Ok(checked) => checked,
             Err(error) => {
                 let error = PipelineError::Malformed(error.to_string());
-                self.refuse(&request, &error);
+                self.refuse_request(&request, &error);
                 return Err(error);
             }
         };
@@ -102,11 +155,14 @@ impl TracesIntake {
             self.metrics.record_refused(spans, &error);
             return Err(error);
         }
-        match self
-            .sink
-            .accept_parsed(TraceBatch::new(request, spans), parsed.as_deref())
-            .await
-        {
+        // From here the request's buffer is what the batch holds.
+        if let Err(error) = reservation.resize(request.len()) {
+            self.metrics.record_refused(spans, &error);
+            return Err(error);
+        }
+        let mut batch = TraceBatch::new(request, spans);
+        batch.charge = reservation.into_charge();
+        match self.sink.accept_parsed(batch, parsed.as_deref()).await {
             Ok(()) => {
                 self.metrics.record_accepted(spans);
                 Ok(spans)
@@ -118,12 +174,43 @@ impl TracesIntake {
         }
     }
 
-    /// Counts a request refused before or during decoding. The refused span count is what
-    /// a lenient protobuf decode finds in `request` (zero when it finds nothing).
-    pub fn refuse(&self, request: &[u8], error: &PipelineError) {
+    /// Counts a request refused while decoding. The refused span count is what a lenient
+    /// protobuf decode finds in `request` (zero when it finds nothing).
+    fn refuse_request(&self, request: &[u8], error: &PipelineError) {
         self.metrics
             .record_refused(lenient_span_count(request), error);
         tracing::debug!(event = "receiver.refused", error = %error);
+    }
+}
+
+impl Intake for TracesIntake {
+    fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError> {
+        reserve_with(self.limiter.as_deref(), &self.metrics, bytes)
+    }
+
+    fn ingest(
+        &self,
+        request: Bytes,
+        reservation: Reservation,
+    ) -> impl Future<Output = Result<usize, PipelineError>> + Send {
+        self.ingest_request(request, reservation)
+    }
+
+    fn refuse(&self, error: &PipelineError) {
+        self.refuse_request(&[], error);
+    }
+
+    fn refuse_too_many(&self) {
+        self.metrics.record_too_many_requests();
+    }
+
+    fn in_flight_gauge(&self) -> &IntGauge {
+        self.metrics.in_flight()
+    }
+
+    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
+        crate::otlp::traces_json_to_protobuf(json)
+            .map_err(|error| PipelineError::Malformed(error.to_string()))
     }
 }
 
@@ -150,26 +237,13 @@ impl MetricsIntake {
         }
     }
 
-    /// Admission before the body is read; see [`TracesIntake::admit`].
-    ///
-    /// # Errors
-    ///
-    /// [`PipelineError::Overloaded`].
-    pub fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
-        limiter.admit(size_hint).inspect_err(|error| {
-            self.metrics.record_refused(0, error);
-        })
-    }
-
     /// True when no metrics pipeline takes this receiver's metrics.
     pub fn has_pipeline(&self) -> bool {
         !self.sink.is_empty()
     }
 
-    /// Admits an encoded `ExportMetricsServiceRequest`; returns its data point count.
+    /// Admits an encoded `ExportMetricsServiceRequest`, held under `reservation`;
+    /// returns its data point count.
     ///
     /// A request with no data points succeeds without entering the pipeline.
     ///
@@ -177,12 +251,16 @@ impl MetricsIntake {
     ///
     /// [`PipelineError::Malformed`] when the bytes are not a valid request, or the
     /// pipeline's refusal. Every refusal is counted before it is returned.
-    pub async fn ingest(&self, request: Bytes) -> Result<usize, PipelineError> {
+    async fn ingest_request(
+        &self,
+        request: Bytes,
+        mut reservation: Reservation,
+    ) -> Result<usize, PipelineError> {
         let points = match crate::otlp::decode_metrics_request(&request) {
             Ok((_decoded, points)) => points,
             Err(error) => {
                 let error = PipelineError::Malformed(error.to_string());
-                self.refuse(&error);
+                Intake::refuse(self, &error);
                 return Err(error);
             }
         };
@@ -194,7 +272,14 @@ impl MetricsIntake {
             self.metrics.record_refused(points, &error);
             return Err(error);
         }
-        match self.sink.accept(MetricsBatch::new(request, points)).await {
+        // From here the request's buffer is what the batch holds.
+        if let Err(error) = reservation.resize(request.len()) {
+            self.metrics.record_refused(points, &error);
+            return Err(error);
+        }
+        let mut batch = MetricsBatch::new(request, points);
+        batch.charge = reservation.into_charge();
+        match self.sink.accept(batch).await {
             Ok(()) => {
                 self.metrics.record_accepted(points);
                 Ok(points)
@@ -205,11 +290,38 @@ impl MetricsIntake {
             }
         }
     }
+}
 
-    /// Counts a request refused before or during decoding (its data points are unknown).
-    pub fn refuse(&self, error: &PipelineError) {
+impl Intake for MetricsIntake {
+    fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError> {
+        reserve_with(self.limiter.as_deref(), &self.metrics, bytes)
+    }
+
+    fn ingest(
+        &self,
+        request: Bytes,
+        reservation: Reservation,
+    ) -> impl Future<Output = Result<usize, PipelineError>> + Send {
+        self.ingest_request(request, reservation)
+    }
+
+    /// Its data points are unknown: counted as a request only.
+    fn refuse(&self, error: &PipelineError) {
         self.metrics.record_refused(0, error);
         tracing::debug!(event = "receiver.refused", signal = "metrics", error = %error);
+    }
+
+    fn refuse_too_many(&self) {
+        self.metrics.record_too_many_requests();
+    }
+
+    fn in_flight_gauge(&self) -> &IntGauge {
+        self.metrics.in_flight()
+    }
+
+    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
+        crate::otlp::metrics_json_to_protobuf(json)
+            .map_err(|error| PipelineError::Malformed(error.to_string()))
     }
 }
 
