@@ -225,3 +225,51 @@ pub async fn serve_http<H, F>(
         connections.abort_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio_stream::StreamExt;
+
+    use super::*;
+
+    /// Scenario: two clients connect to a listener read through an `Acceptor`, one taken
+    /// with `accept`, one as a stream item.
+    /// Guarantees: both connections come through, with `TCP_NODELAY` set.
+    #[tokio::test]
+    async fn accepts_with_nodelay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = local_addr(&listener);
+        let mut acceptor = Acceptor::new(listener);
+        let _first = TcpStream::connect(address).await.expect("connect");
+        let _second = TcpStream::connect(address).await.expect("connect");
+        let accepted = acceptor.accept().await;
+        assert!(accepted.nodelay().expect("socket option"));
+        let streamed = acceptor
+            .next()
+            .await
+            .expect("never ends")
+            .expect("never an error");
+        assert!(streamed.nodelay().expect("socket option"));
+    }
+
+    /// Scenario: accept failures (as with EMFILE) come every 100 ms for 25 s.
+    /// Guarantees: they are logged at most once per 10 s, each line counting the failures
+    /// left unlogged since the one before.
+    #[tokio::test(start_paused = true)]
+    async fn accept_failures_are_logged_at_most_every_ten_seconds() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut acceptor = Acceptor::new(listener);
+        let error = std::io::Error::from_raw_os_error(24);
+        let mut logged = Vec::new();
+        for _ in 0..250 {
+            let before = acceptor.last_logged;
+            let unlogged = acceptor.unlogged_failures;
+            acceptor.log_failure(&error);
+            if acceptor.last_logged != before {
+                logged.push(unlogged);
+            }
+            tokio::time::advance(ACCEPT_PAUSE).await;
+        }
+        assert_eq!(logged, [0, 99, 99], "lines at 0 s, 10 s and 20 s");
+    }
+}
