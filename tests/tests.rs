@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per capability, shared helpers in `support`.
 
 mod accounting;
+mod admission;
 mod bad_input;
 mod cli;
 mod disk_queue;

@@ -149,6 +149,8 @@ fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerCon
             "endpoint",
             "transport",
             "max_recv_msg_size_mib",
+            "max_concurrent_streams",
+            "max_concurrent_requests",
             "read_buffer_size",
             "write_buffer_size",
             "include_metadata",
@@ -157,7 +159,6 @@ fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerCon
             ("tls", NOT_YET),
             ("auth", NOT_YET),
             ("keepalive", NOT_YET),
-            ("max_concurrent_streams", NOT_YET),
             ("middlewares", NOT_YET),
         ],
     );
@@ -177,6 +178,21 @@ fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerCon
         Some(mib) => mib,
     };
     let max_recv_msg_size = bytes(problems, &grpc.key_path("max_recv_msg_size_mib"), mib, MIB);
+    // 0 means unlimited, as in the Collector (grpc-go applies it only when > 0).
+    let max_concurrent_streams = grpc
+        .uint(problems, "max_concurrent_streams")
+        .filter(|&streams| streams > 0)
+        .and_then(|streams| match u32::try_from(streams) {
+            Ok(streams) => Some(streams),
+            Err(_) => {
+                problems.add(
+                    grpc.key_path("max_concurrent_streams"),
+                    format!("{streams} is too large; the HTTP/2 limit is {}", u32::MAX),
+                );
+                None
+            }
+        });
+    let max_concurrent_requests = max_concurrent_requests(problems, &grpc);
     grpc.uint(problems, "read_buffer_size");
     grpc.uint(problems, "write_buffer_size");
     grpc.boolean(problems, "include_metadata");
@@ -184,6 +200,17 @@ fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerCon
         endpoint,
         max_recv_msg_size: max_recv_msg_size
             .unwrap_or(defaults::GRPC_MAX_RECV_MSG_SIZE_MIB * MIB as usize),
+        max_concurrent_streams,
+        max_concurrent_requests,
+    }
+}
+
+/// `protocols.{grpc,http}.max_concurrent_requests` (tailgate's): absent means the default,
+/// 0 means no limit.
+fn max_concurrent_requests(problems: &mut Problems, server: &Fields<'_>) -> Option<NonZeroUsize> {
+    match server.uint(problems, "max_concurrent_requests") {
+        None => NonZeroUsize::new(defaults::RECEIVER_MAX_CONCURRENT_REQUESTS),
+        Some(requests) => NonZeroUsize::new(usize::try_from(requests).unwrap_or(usize::MAX)),
     }
 }
 
@@ -198,6 +225,7 @@ fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerCon
             "metrics_url_path",
             "logs_url_path",
             "max_request_body_size",
+            "max_concurrent_requests",
             "cors",
             "include_metadata",
         ],
@@ -245,6 +273,7 @@ fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerCon
             max_age: cors.uint(problems, "max_age").filter(|&age| age > 0),
         }
     });
+    let max_concurrent_requests = max_concurrent_requests(problems, &http);
     http.boolean(problems, "include_metadata");
     HttpServerConfig {
         endpoint,
@@ -252,6 +281,7 @@ fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerCon
         metrics_url_path,
         logs_url_path,
         max_request_body_size,
+        max_concurrent_requests,
         cors,
     }
 }

@@ -42,6 +42,12 @@ pub(crate) fn logs_url_path() -> String {
 /// `receivers.otlp.protocols.http.max_request_body_size`, in bytes (confighttp's 20 MiB).
 pub(crate) const HTTP_MAX_REQUEST_BODY_SIZE: usize = 20 * MIB;
 
+/// `receivers.otlp.protocols.{grpc,http}.max_concurrent_requests` (tailgate's): requests in
+/// flight per receiver and protocol. The Collector has no such bound. A request takes
+/// milliseconds, so 1024 in flight is far more than a gateway's clients need, while it caps
+/// what each request holds outside the memory budget (task, headers, connection state).
+pub(crate) const RECEIVER_MAX_CONCURRENT_REQUESTS: usize = 1024;
+
 /// `processors.batch.send_batch_size`, in spans.
 pub(crate) const BATCH_SEND_BATCH_SIZE: usize = 8192;
 

@@ -35,6 +35,16 @@ pub fn render(config: &Config) -> String {
                         "max_recv_msg_size_mib",
                         grpc.max_recv_msg_size.div_ceil(MIB),
                     );
+                    out.plain(
+                        4,
+                        "max_concurrent_streams",
+                        grpc.max_concurrent_streams.unwrap_or(0),
+                    );
+                    out.plain(
+                        4,
+                        "max_concurrent_requests",
+                        grpc.max_concurrent_requests.map_or(0, |max| max.get()),
+                    );
                 }
                 if let Some(http) = &otlp.http {
                     out.line(3, "http:");
@@ -43,6 +53,11 @@ pub fn render(config: &Config) -> String {
                     out.string(4, "metrics_url_path", &http.metrics_url_path);
                     out.string(4, "logs_url_path", &http.logs_url_path);
                     out.plain(4, "max_request_body_size", http.max_request_body_size);
+                    out.plain(
+                        4,
+                        "max_concurrent_requests",
+                        http.max_concurrent_requests.map_or(0, |max| max.get()),
+                    );
                     if let Some(cors) = &http.cors {
                         out.line(4, "cors:");
                         out.strings(5, "allowed_origins", &cors.allowed_origins);

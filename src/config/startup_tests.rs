@@ -98,6 +98,8 @@ receivers:
         endpoint: 127.0.0.1:0
         transport: tcp
         max_recv_msg_size_mib: 8
+        max_concurrent_streams: 100
+        max_concurrent_requests: 256
         read_buffer_size: 524288
         write_buffer_size: 0
         include_metadata: false
@@ -107,6 +109,7 @@ receivers:
         metrics_url_path: /m
         logs_url_path: /l
         max_request_body_size: 100000
+        max_concurrent_requests: 128
         cors:
           allowed_origins: ["https://*.example.com"]
           allowed_headers: [X-Custom]

@@ -189,6 +189,8 @@ fn default_config_has_every_default() {
         Some(GrpcServerConfig {
             endpoint: "0.0.0.0:4317".into(),
             max_recv_msg_size: 4 * 1024 * 1024,
+            max_concurrent_streams: None,
+            max_concurrent_requests: Some(nz(1024)),
         })
     );
     assert_eq!(
@@ -199,6 +201,7 @@ fn default_config_has_every_default() {
             metrics_url_path: "/v1/metrics".into(),
             logs_url_path: "/v1/logs".into(),
             max_request_body_size: 20 * 1024 * 1024,
+            max_concurrent_requests: Some(nz(1024)),
             cors: None,
         })
     );
@@ -840,7 +843,7 @@ extra: 1
         ),
         [
             "extra: unknown key (known: receivers, processors, exporters, connectors, extensions, service)",
-            "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, read_buffer_size, write_buffer_size, include_metadata)",
+            "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, max_concurrent_streams, max_concurrent_requests, read_buffer_size, write_buffer_size, include_metadata)",
             "receivers.otlp.protocols.grpc.keepalive: not supported yet by this version of tailgate; remove it",
             "processors.batch.metadata_keys: not supported yet by this version of tailgate; remove it",
             "exporters.otlp.traces_endpoint: only the otlphttp exporter has traces_endpoint: for otlp, set endpoint",
@@ -868,6 +871,8 @@ receivers:
         endpoint: 0.0.0.0:70000
         transport: unix
         max_recv_msg_size_mib: -1
+        max_concurrent_streams: 5000000000
+        max_concurrent_requests: -2
       http:
         endpoint: ::1:4318
         traces_url_path: /v1/tra ces
@@ -883,6 +888,8 @@ receivers:
             "receivers.otlp.protocols.grpc.endpoint: invalid port \"70000\" in \"0.0.0.0:70000\": expected a number from 0 to 65535",
             "receivers.otlp.protocols.grpc.transport: unsupported transport \"unix\": only \"tcp\" is supported",
             "receivers.otlp.protocols.grpc.max_recv_msg_size_mib: must not be negative",
+            "receivers.otlp.protocols.grpc.max_concurrent_streams: 5000000000 is too large; the HTTP/2 limit is 4294967295",
+            "receivers.otlp.protocols.grpc.max_concurrent_requests: must not be negative",
             "receivers.otlp.protocols.http.endpoint: host \"::1\" looks like an IPv6 address: put it in brackets, e.g. \"[::1]:4317\"",
             "receivers.otlp.protocols.http.traces_url_path: invalid URL path \"/v1/tra ces\": it must not contain spaces, '?' or '#'",
             "receivers.otlp.protocols.http.max_request_body_size: expected a non-negative integer, found the string \"lots\"",
@@ -899,10 +906,13 @@ receivers:
       grpc:
         endpoint: :4317
         max_recv_msg_size_mib: 0
+        max_concurrent_streams: 100
+        max_concurrent_requests: 0
       http:
         endpoint: '[::1]:4318'
         traces_url_path: traces
         max_request_body_size: 1048576
+        max_concurrent_requests: 8
         cors:
           allowed_origins: [https://*.example.com]
           max_age: 600
@@ -916,8 +926,11 @@ receivers:
         4 * 1024 * 1024,
         "0 means the default"
     );
+    assert_eq!(grpc.max_concurrent_streams, Some(100));
+    assert_eq!(grpc.max_concurrent_requests, None, "0 means no limit");
     let http = otlp.http.unwrap();
     assert_eq!(http.endpoint, "[::1]:4318");
+    assert_eq!(http.max_concurrent_requests, Some(nz(8)));
     assert_eq!(http.traces_url_path, "/traces");
     assert_eq!(http.max_request_body_size, 1024 * 1024);
     assert_eq!(
@@ -1471,7 +1484,7 @@ service:
     assert_eq!(error.problems().len(), 4);
     assert_eq!(
         error.to_string(),
-        "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, read_buffer_size, write_buffer_size, include_metadata)
+        "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, max_concurrent_streams, max_concurrent_requests, read_buffer_size, write_buffer_size, include_metadata)
 processors.batch.timeout: a duration needs a unit: write e.g. \"10s\" or \"10ms\"
 exporters.otlp/tempo.endpoint: must not be empty: set where to send, e.g. tempo-distributor.monitoring:4317
 service.pipelines.traces.exporters: \"otlp/missing\" is not defined under exporters or connectors"

@@ -70,8 +70,19 @@ pub struct OtlpReceiverConfig {
 pub struct GrpcServerConfig {
     /// `endpoint`, `host:port` (default `0.0.0.0:4317`). Resolved when binding.
     pub endpoint: String,
-    /// `max_recv_msg_size_mib` in bytes (default 4 MiB, grpc-go's default).
+    /// `max_recv_msg_size_mib` in bytes (default 4 MiB, grpc-go's default). Also what
+    /// admission reserves of the memory budget for a compressed message before it is read
+    /// (its decompressed size is not known until then).
     pub max_recv_msg_size: usize,
+    /// `max_concurrent_streams`: the HTTP/2 limit on concurrent streams (requests) per
+    /// connection, advertised to clients, which wait for a free stream beyond it, as in the
+    /// Collector. `None` (the default, or 0) leaves it unlimited.
+    pub max_concurrent_streams: Option<u32>,
+    /// *tailgate* `max_concurrent_requests`: requests in flight on this receiver's gRPC
+    /// server, over all connections (default 1024; 0 for no limit). A request over it is
+    /// refused at once with a retryable `UNAVAILABLE` (with `RetryInfo`) and counted as
+    /// `reason="too_many_requests"`; see [`HttpServerConfig::max_concurrent_requests`].
+    pub max_concurrent_requests: Option<NonZeroUsize>,
 }
 
 /// `receivers.otlp.protocols.http`.
@@ -86,7 +97,16 @@ pub struct HttpServerConfig {
     /// `logs_url_path` (default `/v1/logs`).
     pub logs_url_path: String,
     /// `max_request_body_size` in bytes (default 20 MiB), applied after decompression.
+    /// Also what admission reserves of the memory budget for a body that declares no
+    /// `Content-Length` before it is read.
     pub max_request_body_size: usize,
+    /// *tailgate* `max_concurrent_requests`: requests in flight on this receiver's HTTP
+    /// server, over all connections (default 1024; 0 for no limit). A request over it is
+    /// refused at once with a retryable 503 and `Retry-After`, and counted as
+    /// `reason="too_many_requests"`. The memory budget bounds the bytes an admitted
+    /// request holds; this bounds their number, and with it what the budget does not see
+    /// (each request's task, headers and connection state).
+    pub max_concurrent_requests: Option<NonZeroUsize>,
     /// `cors`; `None` when not configured (no CORS headers are sent).
     pub cors: Option<CorsConfig>,
 }

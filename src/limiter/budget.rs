@@ -1,4 +1,4 @@
-//! The shared count of held bytes and its limits.
+//! The shared count of held bytes and its limits, and the [`Charge`] that holds bytes of it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,6 +12,8 @@ pub struct MemoryBudget {
     hard_limit: usize,
     soft_limit: usize,
     used: AtomicUsize,
+    /// The highest `used` has been since the budget was made.
+    peak: AtomicUsize,
 }
 
 impl MemoryBudget {
@@ -21,6 +23,7 @@ impl MemoryBudget {
             hard_limit: usize::MAX,
             soft_limit: usize::MAX,
             used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
         })
     }
 
@@ -31,12 +34,36 @@ impl MemoryBudget {
             hard_limit,
             soft_limit: soft_limit.min(hard_limit),
             used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
         })
     }
 
-    /// Counts `bytes` more as held.
+    /// Counts `bytes` more as held, whatever the limits: for holders that were admitted
+    /// already (see [`try_charge`](Self::try_charge) for admission).
     pub fn charge(&self, bytes: usize) {
-        self.used.fetch_add(bytes, Ordering::Relaxed);
+        let before = self.used.fetch_add(bytes, Ordering::Relaxed);
+        self.peak
+            .fetch_max(before.saturating_add(bytes), Ordering::Relaxed);
+    }
+
+    /// Counts `bytes` more as held if use then stays at or below `ceiling`, and returns
+    /// true; otherwise charges nothing and returns false.
+    ///
+    /// The check and the charge are one atomic step, so concurrent callers cannot all pass
+    /// on the same free room: together they never take use past `ceiling`.
+    pub fn try_charge(&self, bytes: usize, ceiling: usize) -> bool {
+        let charged = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|after| *after <= ceiling)
+            });
+        match charged {
+            Ok(before) => {
+                self.peak.fetch_max(before + bytes, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Counts `bytes` fewer as held. Releasing more than was charged is a bug; the count
@@ -52,6 +79,11 @@ impl MemoryBudget {
     /// Bytes held now.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes held at any one time since the budget was made.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
     }
 
     /// The hard limit in bytes (`usize::MAX` when unlimited).
@@ -77,6 +109,43 @@ impl MemoryBudget {
         }
         let target = (self.soft_limit as f64 * RELIEF_SHARE) as usize;
         self.used().saturating_sub(target)
+    }
+}
+
+/// Bytes charged to the memory budget for as long as this value lives: dropping the last
+/// handle releases them. A batch carries its charge through queues and exporters, so
+/// whoever holds the data last gives the bytes back, whatever path it took.
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<MemoryBudget>,
+    bytes: usize,
+}
+
+impl Charge {
+    /// Charges `bytes` to `budget` until the returned value is dropped.
+    pub fn new(budget: &Arc<MemoryBudget>, bytes: usize) -> Arc<Self> {
+        budget.charge(bytes);
+        Arc::new(Self {
+            budget: budget.clone(),
+            bytes,
+        })
+    }
+
+    /// Takes over `bytes` that are already charged to `budget` (by a reservation), so
+    /// that they are counted neither twice nor not at all while changing hands.
+    pub(super) fn adopt(budget: Arc<MemoryBudget>, bytes: usize) -> Arc<Self> {
+        Arc::new(Self { budget, bytes })
+    }
+
+    /// The bytes this charge holds.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
     }
 }
 

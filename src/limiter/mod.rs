@@ -2,26 +2,34 @@
 //! holds, admission in front of the receivers, and the process RSS as a coarser second
 //! guard.
 //!
-//! - [`MemoryBudget`] counts held bytes (the trace buffer today). Above its soft limit it
-//!   is under pressure, and the tail sampler decides its oldest traces early to relieve it.
+//! - [`MemoryBudget`] counts held bytes: requests being read, the trace buffer, batches,
+//!   export queues. Above its soft limit it is under pressure, and the tail sampler decides
+//!   its oldest traces early to relieve it. A [`Charge`] holds bytes of it until dropped.
 //! - [`MemoryLimiter`] (from `processors.memory_limiter`) sets the budget's limits and
-//!   answers receivers *before they read a request body*: a request is refused, with a
-//!   retryable status, while the budget plus the request would pass the soft limit or
-//!   while the RSS guard is tripped.
+//!   admits requests *before receivers read their body*: [`MemoryLimiter::reserve`] takes a
+//!   [`Reservation`] for what the request may come to, atomically against the soft limit,
+//!   so concurrent requests cannot all pass on the same free room. The receiver resizes it
+//!   as the body is read and decoded and hands it on as the batch's [`Charge`]. A request
+//!   is refused, with a retryable status, while the reservation does not fit or while the
+//!   RSS guard is tripped.
 //! - [`MemoryLimiter::watch`] reads the process RSS every `check_interval` and moves the
 //!   limiter between normal, soft and hard, with hysteresis: back to normal only once both
 //!   the RSS and the budget are below 90% of the soft limit. Each change is logged once.
 
 mod budget;
 mod cgroup;
+mod reservation;
 
-pub use budget::MemoryBudget;
+pub use budget::{Charge, MemoryBudget};
 pub use cgroup::{TotalSource, total_memory};
+pub use reservation::Reservation;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::watch;
 
@@ -143,9 +151,33 @@ pub struct MemoryLimiter {
 }
 
 struct LimiterMetrics {
-    used: IntGauge,
     rss: IntGauge,
     state: IntGauge,
+}
+
+/// The budget's gauges, read at scrape time: every scrape sees the budget as it is then,
+/// not as it was at the last RSS check.
+struct BudgetCollector {
+    budget: Arc<MemoryBudget>,
+    used: IntGauge,
+    peak: IntGauge,
+}
+
+impl Collector for BudgetCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        let mut descs = self.used.desc();
+        descs.extend(self.peak.desc());
+        descs
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let gauge_value = |bytes: usize| i64::try_from(bytes).unwrap_or(i64::MAX);
+        self.used.set(gauge_value(self.budget.used()));
+        self.peak.set(gauge_value(self.budget.peak()));
+        let mut families = self.used.collect();
+        families.extend(self.peak.collect());
+        families
+    }
 }
 
 impl MemoryLimiter {
@@ -191,11 +223,19 @@ impl MemoryLimiter {
             &["limit"],
         )?;
         let gauge = |name: &str, help: &str| IntGauge::with_opts(Opts::new(name, help));
-        let metrics = LimiterMetrics {
+        let budget_gauges = BudgetCollector {
+            budget: budget.clone(),
             used: gauge(
                 "tailgate_memory_budget_used_bytes",
-                "Bytes held by the pipeline and charged to the memory budget.",
+                "Bytes charged to the memory budget: reserved for requests being read and \
+                 held by the pipeline.",
             )?,
+            peak: gauge(
+                "tailgate_memory_budget_peak_bytes",
+                "The most bytes charged to the memory budget at any one time since start.",
+            )?,
+        };
+        let metrics = LimiterMetrics {
             rss: gauge(
                 "tailgate_memory_limiter_rss_bytes",
                 "Process RSS as last read by the memory limiter.",
@@ -212,7 +252,7 @@ impl MemoryLimiter {
             .with_label_values(&["soft"])
             .set(i64::try_from(limits.soft).unwrap_or(i64::MAX));
         registry.register(Box::new(limit))?;
-        registry.register(Box::new(metrics.used.clone()))?;
+        registry.register(Box::new(budget_gauges))?;
         registry.register(Box::new(metrics.rss.clone()))?;
         registry.register(Box::new(metrics.state.clone()))?;
         Ok(Arc::new(Self {
@@ -240,35 +280,37 @@ impl MemoryLimiter {
         LimiterState::from_raw(self.state.load(Ordering::Relaxed))
     }
 
-    /// Decides whether a request of about `incoming_bytes` may be read.
+    /// Admission, before a request body is read: reserves `bytes` of the budget for the
+    /// request (what it may come to: its declared length, else the receiver's maximum).
+    /// See [`Reservation`] for when the bytes are released.
     ///
     /// # Errors
     ///
-    /// [`PipelineError::Overloaded`] (retryable) when the limiter is in the soft or hard
-    /// state, or the budget plus the request would pass the soft limit.
-    pub fn admit(&self, incoming_bytes: usize) -> Result<(), PipelineError> {
-        let refuse = |reason| {
-            Err(PipelineError::Overloaded {
-                reason,
-                retry_after: RETRY_AFTER,
-            })
+    /// [`PipelineError::Overloaded`] (retryable; nothing is reserved) when the limiter is
+    /// in the soft or hard state, or the reservation would take the budget past the soft
+    /// limit, or would take the estimated RSS (the budget plus what the RSS held beyond it
+    /// at the last check) past it.
+    pub fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError> {
+        let refuse = |reason| PipelineError::Overloaded {
+            reason,
+            retry_after: RETRY_AFTER,
         };
         match self.state() {
-            LimiterState::Hard => return refuse("memory use above the hard limit"),
-            LimiterState::Soft => return refuse("memory use above the soft limit"),
+            LimiterState::Hard => return Err(refuse("memory use above the hard limit")),
+            LimiterState::Soft => return Err(refuse("memory use above the soft limit")),
             LimiterState::Normal => {}
         }
-        let used = self.budget.used().saturating_add(incoming_bytes);
-        if used > self.budget.soft_limit() {
-            return refuse("memory budget full");
-        }
+        let soft = self.budget.soft_limit();
         // The RSS now is about what it was at the last check, moved by what the budget
         // gained since: refuse before the next check would find it past the soft limit.
         let overhead = usize::try_from(self.overhead.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        if used.saturating_add(overhead) > self.budget.soft_limit() {
-            return refuse("memory use near the soft limit");
-        }
-        Ok(())
+        Reservation::try_take(&self.budget, bytes, soft.saturating_sub(overhead)).ok_or_else(|| {
+            if self.budget.used().saturating_add(bytes) > soft {
+                refuse("memory budget full")
+            } else {
+                refuse("memory use near the soft limit")
+            }
+        })
     }
 
     /// Reads the RSS every `check_interval` and updates the state until `stop`.
@@ -320,9 +362,6 @@ impl MemoryLimiter {
             LimiterState::Normal
         };
         self.state.store(after as u8, Ordering::Relaxed);
-        self.metrics
-            .used
-            .set(i64::try_from(used).unwrap_or(i64::MAX));
         self.metrics.rss.set(i64::try_from(rss).unwrap_or(i64::MAX));
         self.metrics.state.set(after as i64);
         if after != before {
@@ -410,10 +449,10 @@ mod tests {
         let limiter = limiter(1000, 800);
         limiter.observe(500);
         assert_eq!(limiter.state(), LimiterState::Normal);
-        assert!(limiter.admit(100).is_ok());
+        assert!(limiter.reserve(100).is_ok());
         limiter.observe(850);
         assert_eq!(limiter.state(), LimiterState::Soft);
-        assert!(limiter.admit(0).is_err());
+        assert!(limiter.reserve(0).is_err());
         limiter.observe(1200);
         assert_eq!(limiter.state(), LimiterState::Hard);
         limiter.observe(750);
@@ -424,7 +463,7 @@ mod tests {
         );
         limiter.observe(700);
         assert_eq!(limiter.state(), LimiterState::Normal);
-        assert!(limiter.admit(0).is_ok());
+        assert!(limiter.reserve(0).is_ok());
     }
 
     /// Scenario: the last RSS reading shows 500 bytes beyond what the budget holds, then
@@ -438,12 +477,12 @@ mod tests {
         limiter.observe(600);
         assert_eq!(limiter.state(), LimiterState::Normal);
         assert!(
-            limiter.admit(100).is_ok(),
+            limiter.reserve(100).is_ok(),
             "100 + 100 + 500 overhead fits under 800"
         );
         limiter.budget().charge(150);
         assert!(
-            limiter.admit(100).is_err(),
+            limiter.reserve(100).is_err(),
             "250 + 100 + 500 overhead would pass 800"
         );
     }
@@ -455,8 +494,8 @@ mod tests {
     fn admits_by_request_size() {
         let limiter = limiter(1000, 800);
         limiter.budget().charge(700);
-        let refused = limiter.admit(200).expect_err("would pass the soft limit");
+        let refused = limiter.reserve(200).expect_err("would pass the soft limit");
         assert!(refused.is_retryable());
-        assert!(limiter.admit(50).is_ok());
+        assert!(limiter.reserve(50).is_ok());
     }
 }

@@ -4,10 +4,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::Charge;
 use crate::config::Signal;
 use crate::error::PipelineError;
-use crate::limiter::MemoryBudget;
+use crate::limiter::{Charge, MemoryBudget};
 use crate::otlp::{FramedRequest, ResourceSpansView};
 
 /// An encoded OTLP `ExportTraceServiceRequest` and the number of spans it holds.
@@ -129,6 +128,13 @@ pub trait Payload: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// [`PipelineError::Malformed`] when the bytes are not a valid request.
     fn inspect(request: &Bytes, want_views: bool) -> Result<Inspected<Self::Views>, PipelineError>;
 
+    /// Transcodes an OTLP/JSON request of this signal to protobuf, once, at the edge.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] naming what is wrong.
+    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError>;
+
     /// The items a lenient protobuf decode finds in a refused request (0 when it finds
     /// nothing): only used on the error path, to count what was refused.
     fn refused_items(request: &[u8]) -> usize;
@@ -192,6 +198,11 @@ impl Payload for TraceBatch {
             let items = crate::otlp::count_spans(request).map_err(malformed)?;
             Ok(Inspected { items, views: None })
         }
+    }
+
+    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
+        crate::otlp::traces_json_to_protobuf(json)
+            .map_err(|error| PipelineError::Malformed(error.to_string()))
     }
 
     fn refused_items(request: &[u8]) -> usize {
@@ -260,6 +271,11 @@ impl Payload for MetricsBatch {
     fn inspect(request: &Bytes, _want_views: bool) -> Result<Inspected<()>, PipelineError> {
         crate::otlp::decode_metrics_request(request)
             .map(|(_decoded, items)| Inspected { items, views: None })
+            .map_err(|error| PipelineError::Malformed(error.to_string()))
+    }
+
+    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
+        crate::otlp::metrics_json_to_protobuf(json)
             .map_err(|error| PipelineError::Malformed(error.to_string()))
     }
 

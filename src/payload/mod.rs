@@ -5,7 +5,8 @@
 //!
 //! - [`TraceBatch`] and [`MetricsBatch`]: an encoded OTLP request and its item count,
 //!   generic through [`Payload`] (whose [`Payload::SIGNAL`] is a [`Signal`]).
-//! - [`Charge`]: bytes held against the one memory budget for as long as a batch lives.
+//! - [`Charge`] (from the limiter): bytes held against the one memory budget for as long
+//!   as a batch lives.
 //! - [`Sink`]: a pipeline's entry side, which admits a batch into all of a receiver's
 //!   pipelines or into none.
 //! - [`Downstream`], [`Consumer`], [`ExporterFanout`]: where a stage's output goes.
@@ -15,7 +16,6 @@
 //! Pipeline errors and their wire mapping are in [`crate::error`], below this layer too.
 
 mod batch;
-mod charge;
 mod edge;
 mod give_up;
 mod sink;
@@ -25,7 +25,6 @@ mod sink;
 mod tests;
 
 pub use batch::{Inspected, MetricsBatch, Payload, TraceBatch};
-pub use charge::Charge;
 pub use edge::{BoxFuture, Consumer, Downstream, ExporterFanout, Lost, SharedConsumer, Target};
 pub use give_up::{GiveUp, GiveUpSignal, LossCounter};
 pub use sink::{
@@ -34,3 +33,6 @@ pub use sink::{
 };
 
 pub use crate::config::Signal;
+// `Charge` lives with the budget (the limiter's reservations turn into one); it is
+// re-exported here, beside the payload types that carry it.
+pub use crate::limiter::Charge;

@@ -1,6 +1,6 @@
 //! The receiver's self-metrics, with the Collector's names.
 
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::config::ComponentId;
 use crate::error::PipelineError;
@@ -23,6 +23,12 @@ impl Transport {
     }
 }
 
+/// The `reason` of a request refused because the receiver already had
+/// `max_concurrent_requests` in flight. It has no [`PipelineError`] kind of its own (the
+/// answer is the retryable overload answer), so the receiver names it here, beside
+/// [`PipelineError::REASON_LABELS`].
+const TOO_MANY_REQUESTS: &str = "too_many_requests";
+
 /// The families, registered once per registry.
 #[derive(Clone)]
 pub struct ReceiverMetricFamilies {
@@ -31,6 +37,7 @@ pub struct ReceiverMetricFamilies {
     accepted_points: IntCounterVec,
     refused_points: IntCounterVec,
     refused_requests: IntCounterVec,
+    in_flight: IntGaugeVec,
 }
 
 impl ReceiverMetricFamilies {
@@ -72,28 +79,42 @@ impl ReceiverMetricFamilies {
             Opts::new(
                 "tailgate_receiver_refused_requests_total",
                 "Number of requests refused, by signal (traces, metrics) and reason: \
-                 overloaded and shutting_down are retryable, the others are client errors.",
+                 overloaded, too_many_requests and shutting_down are retryable, the others \
+                 are client errors.",
             ),
             &["receiver", "transport", "signal", "reason"],
+        )?;
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                "tailgate_receiver_requests_in_flight",
+                "Export requests being read or admitted by the receiver, bounded by \
+                 max_concurrent_requests.",
+            ),
+            &["receiver", "transport"],
         )?;
         registry.register(Box::new(accepted.clone()))?;
         registry.register(Box::new(refused.clone()))?;
         registry.register(Box::new(accepted_points.clone()))?;
         registry.register(Box::new(refused_points.clone()))?;
         registry.register(Box::new(refused_requests.clone()))?;
+        registry.register(Box::new(in_flight.clone()))?;
         Ok(Self {
             accepted,
             refused,
             accepted_points,
             refused_points,
             refused_requests,
+            in_flight,
         })
     }
 
     /// Creates the refusal series of one receiver at zero, so that alerts and dashboards
     /// see them before the first refusal.
     fn init_refusals(&self, id: &ComponentId, transport: Transport, signal: &str) {
-        for reason in PipelineError::REASON_LABELS {
+        for reason in PipelineError::REASON_LABELS
+            .into_iter()
+            .chain([TOO_MANY_REQUESTS])
+        {
             self.refused_requests.with_label_values(&[
                 id.written.as_str(),
                 transport.label(),
@@ -111,6 +132,7 @@ impl ReceiverMetricFamilies {
             accepted: self.accepted.with_label_values(&labels),
             refused: self.refused.with_label_values(&labels),
             refused_requests: self.refused_requests.clone(),
+            in_flight: self.in_flight.with_label_values(&labels),
             receiver: id.written.clone(),
             transport,
             signal: "traces",
@@ -125,6 +147,7 @@ impl ReceiverMetricFamilies {
             accepted: self.accepted_points.with_label_values(&labels),
             refused: self.refused_points.with_label_values(&labels),
             refused_requests: self.refused_requests.clone(),
+            in_flight: self.in_flight.with_label_values(&labels),
             receiver: id.written.clone(),
             transport,
             signal: "metrics",
@@ -138,6 +161,8 @@ pub struct ReceiverMetrics {
     accepted: IntCounter,
     refused: IntCounter,
     refused_requests: IntCounterVec,
+    /// Shared by the traces and metrics handles of one receiver and transport.
+    in_flight: IntGauge,
     receiver: String,
     transport: Transport,
     signal: &'static str,
@@ -149,14 +174,28 @@ impl ReceiverMetrics {
     }
 
     pub(super) fn record_refused(&self, spans: usize, error: &PipelineError) {
+        self.record_refused_as(spans, error.reason_label());
+    }
+
+    /// Counts a request refused because `max_concurrent_requests` were in flight.
+    pub(super) fn record_too_many_requests(&self) {
+        self.record_refused_as(0, TOO_MANY_REQUESTS);
+    }
+
+    fn record_refused_as(&self, spans: usize, reason: &str) {
         self.refused.inc_by(spans as u64);
         self.refused_requests
             .with_label_values(&[
                 self.receiver.as_str(),
                 self.transport.label(),
                 self.signal,
-                error.reason_label(),
+                reason,
             ])
             .inc();
+    }
+
+    /// The gauge of requests in flight on this receiver and transport.
+    pub(super) fn in_flight(&self) -> &IntGauge {
+        &self.in_flight
     }
 }

@@ -1,42 +1,117 @@
 //! The OTLP receiver: gRPC ([`otlp_grpc`]) and HTTP ([`otlp_http`]).
 //!
-//! Both transports share one [`TracesIntake`]: validate the request with the wire reader
-//! (exactly as strict as a protobuf decode, plus OTLP's id lengths), count its spans, and
-//! admit it into every pipeline the receiver feeds. Spans are not decoded into objects.
-//! When a tail sampler is among those pipelines, the validating walk is the parse that
-//! yields the span views, and the sampler takes the views: each request is walked once.
+//! Both transports share one [`SignalIntake`] per signal: validate the request (traces with
+//! the wire reader, exactly as strict as a protobuf decode plus OTLP's id lengths; metrics
+//! with a prost decode), count its items, and admit it into every pipeline the receiver
+//! feeds. Spans are not decoded into objects. When a tail sampler is among those
+//! pipelines, the validating walk is the parse that yields the span views, and the
+//! sampler takes the views: each request is walked once.
 //!
-//! Metrics go through a [`MetricsIntake`] beside it: a prost decode validates the request
-//! and counts its data points, and the original bytes go on.
+//! Admission, on both transports and in this order, before a request body is read:
+//!
+//! 1. a slot among the receiver's `max_concurrent_requests` in flight, else a retryable
+//!    refusal counted as `too_many_requests`;
+//! 2. a [`Reservation`] of the memory budget for what the body may come to (its declared
+//!    length, else the receiver's maximum size), else a retryable refusal counted as
+//!    `overloaded`. The reservation is resized as the body is read, decompressed and
+//!    decoded, and becomes the charge the request's batch carries into the pipeline.
 
+mod in_flight;
 mod metrics;
 pub mod otlp_grpc;
 pub mod otlp_http;
 
 pub use metrics::{ReceiverMetricFamilies, ReceiverMetrics, Transport};
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use prost::Message;
+use prometheus::IntGauge;
 
 use crate::error::PipelineError;
-use crate::limiter::MemoryLimiter;
-use crate::payload::{MetricsBatch, MetricsSink, TraceBatch, TracesSink};
+use crate::limiter::{MemoryLimiter, Reservation};
+use crate::payload::{MetricsBatch, Payload, Sink, TraceBatch};
 
-/// Validates, counts and admits trace requests for one receiver and transport.
-#[derive(Clone)]
-pub struct TracesIntake {
-    sink: TracesSink,
+/// What both transports need of a signal's intake.
+trait Intake: Clone + Send + Sync + 'static {
+    /// Admission before the body is read: reserves `bytes` of the memory budget. A refusal
+    /// is counted before it is returned.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Overloaded`] when the memory limiter says no.
+    fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError>;
+
+    /// Validates and admits one encoded request, held under `reservation`, which becomes
+    /// the batch's charge (or is released when the request does not enter a queue).
+    /// Returns the items (spans or data points) admitted. Every refusal is counted.
+    fn ingest(
+        &self,
+        request: Bytes,
+        reservation: Reservation,
+    ) -> impl Future<Output = Result<usize, PipelineError>> + Send;
+
+    /// Counts a request refused before its items could be counted.
+    fn refuse(&self, error: &PipelineError);
+
+    /// Counts a request refused because the receiver had `max_concurrent_requests` in
+    /// flight.
+    fn refuse_too_many(&self);
+
+    /// The gauge of requests in flight on this receiver and transport.
+    fn in_flight_gauge(&self) -> &IntGauge;
+
+    /// Transcodes an OTLP/JSON request of this signal to protobuf.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] naming what is wrong.
+    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError>;
+}
+
+/// Admission by the memory limiter when there is one; counts a refusal.
+fn reserve_with(
+    limiter: Option<&MemoryLimiter>,
+    metrics: &ReceiverMetrics,
+    bytes: usize,
+) -> Result<Reservation, PipelineError> {
+    let Some(limiter) = limiter else {
+        return Ok(Reservation::unlimited());
+    };
+    limiter.reserve(bytes).inspect_err(|error| {
+        metrics.record_refused(0, error);
+    })
+}
+
+/// Validates, counts and admits requests of one signal for one receiver and transport.
+pub struct SignalIntake<P: Payload> {
+    sink: Sink<P>,
     metrics: ReceiverMetrics,
     limiter: Option<Arc<MemoryLimiter>>,
 }
 
-impl TracesIntake {
-    /// An intake feeding `sink`, counting into `metrics`, admitting requests through
+/// The intake of trace requests.
+pub type TracesIntake = SignalIntake<TraceBatch>;
+
+/// The intake of metrics requests.
+pub type MetricsIntake = SignalIntake<MetricsBatch>;
+
+impl<P: Payload> Clone for SignalIntake<P> {
+    fn clone(&self) -> Self {
+        Self {
+            sink: self.sink.clone(),
+            metrics: self.metrics.clone(),
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+impl<P: Payload> SignalIntake<P> {
+    /// An intake feeding `sink`, counting items into `metrics`, admitting requests through
     /// `limiter` when a memory limit is configured.
     pub fn new(
-        sink: TracesSink,
+        sink: Sink<P>,
         metrics: ReceiverMetrics,
         limiter: Option<Arc<MemoryLimiter>>,
     ) -> Self {
@@ -47,184 +122,97 @@ impl TracesIntake {
         }
     }
 
-    /// Admission, before the request body is read: refuses (retryably, counted) while the
-    /// memory limiter says no. `size_hint` is the body's length when known, else 0.
-    ///
-    /// # Errors
-    ///
-    /// [`PipelineError::Overloaded`].
-    pub fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
-        limiter.admit(size_hint).inspect_err(|error| {
-            self.metrics.record_refused(0, error);
-        })
-    }
-
-    /// Admits an encoded `ExportTraceServiceRequest`; returns its span count.
-    ///
-    /// A request with no spans succeeds without entering the pipeline, as in the Collector.
-    ///
-    /// # Errors
-    ///
-    /// [`PipelineError::Malformed`] when the bytes are not a valid request, or the
-    /// pipeline's refusal. Every refusal is counted before it is returned.
-    pub async fn ingest(&self, request: Bytes) -> Result<usize, PipelineError> {
-        // A tail sampler needs the spans: parse once (the same walk, as strict, with the
-        // same errors as `count_spans`) and hand the views on, rather than validating here
-        // and parsing again in the sampler.
-        let checked = if self.sink.wants_views() {
-            crate::otlp::parse_traces_request(&request).map(|resources| {
-                let spans = resources
-                    .iter()
-                    .flat_map(|r| &r.scope_spans)
-                    .map(|s| s.spans.len())
-                    .sum();
-                (spans, Some(resources))
-            })
-        } else {
-            crate::otlp::count_spans(&request).map(|spans| (spans, None))
-        };
-        let (spans, parsed) = match checked {
-            Ok(checked) => checked,
-            Err(error) => {
-                let error = PipelineError::Malformed(error.to_string());
-                self.refuse(&request, &error);
-                return Err(error);
-            }
-        };
-        if spans == 0 {
-            return Ok(0);
-        }
-        if self.sink.is_empty() {
-            let error = PipelineError::NoPipeline("traces");
-            self.metrics.record_refused(spans, &error);
-            return Err(error);
-        }
-        match self
-            .sink
-            .accept_with_views(TraceBatch::new(request, spans), parsed.as_ref())
-            .await
-        {
-            Ok(()) => {
-                self.metrics.record_accepted(spans);
-                Ok(spans)
-            }
-            Err(error) => {
-                self.metrics.record_refused(spans, &error);
-                Err(error)
-            }
-        }
-    }
-
-    /// Counts a request refused before or during decoding. The refused span count is what
-    /// a lenient protobuf decode finds in `request` (zero when it finds nothing).
-    pub fn refuse(&self, request: &[u8], error: &PipelineError) {
-        self.metrics
-            .record_refused(lenient_span_count(request), error);
-        tracing::debug!(event = "receiver.refused", error = %error);
-    }
-}
-
-/// Validates, counts and admits metrics requests for one receiver and transport.
-#[derive(Clone)]
-pub struct MetricsIntake {
-    sink: MetricsSink,
-    metrics: ReceiverMetrics,
-    limiter: Option<Arc<MemoryLimiter>>,
-}
-
-impl MetricsIntake {
-    /// An intake feeding `sink`, counting data points into `metrics`, admitting requests
-    /// through `limiter` when a memory limit is configured.
-    pub fn new(
-        sink: MetricsSink,
-        metrics: ReceiverMetrics,
-        limiter: Option<Arc<MemoryLimiter>>,
-    ) -> Self {
-        Self {
-            sink,
-            metrics,
-            limiter,
-        }
-    }
-
-    /// Admission before the body is read; see [`TracesIntake::admit`].
-    ///
-    /// # Errors
-    ///
-    /// [`PipelineError::Overloaded`].
-    pub fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
-        limiter.admit(size_hint).inspect_err(|error| {
-            self.metrics.record_refused(0, error);
-        })
-    }
-
-    /// True when no metrics pipeline takes this receiver's metrics.
+    /// True when at least one pipeline takes this receiver's data of this signal.
     pub fn has_pipeline(&self) -> bool {
         !self.sink.is_empty()
     }
 
-    /// Admits an encoded `ExportMetricsServiceRequest`; returns its data point count.
+    /// Admits an encoded request, held under `reservation`; returns its item count.
     ///
-    /// A request with no data points succeeds without entering the pipeline.
+    /// The request is walked once ([`Payload::inspect`]): when a directly fed stage (a tail
+    /// sampler) is among the pipelines, the validating walk also yields the views it
+    /// takes, rather than the request being parsed again there. A request with no items
+    /// succeeds without entering the pipeline, as in the Collector.
     ///
     /// # Errors
     ///
     /// [`PipelineError::Malformed`] when the bytes are not a valid request, or the
     /// pipeline's refusal. Every refusal is counted before it is returned.
-    pub async fn ingest(&self, request: Bytes) -> Result<usize, PipelineError> {
-        let points = match crate::otlp::decode_metrics_request(&request) {
-            Ok((_decoded, points)) => points,
+    async fn ingest_request(
+        &self,
+        request: Bytes,
+        mut reservation: Reservation,
+    ) -> Result<usize, PipelineError> {
+        let inspected = match P::inspect(&request, self.sink.wants_views()) {
+            Ok(inspected) => inspected,
             Err(error) => {
-                let error = PipelineError::Malformed(error.to_string());
-                self.refuse(&error);
+                self.metrics
+                    .record_refused(P::refused_items(&request), &error);
+                tracing::debug!(event = "receiver.refused", signal = %P::SIGNAL, error = %error);
                 return Err(error);
             }
         };
-        if points == 0 {
+        let items = inspected.items;
+        if items == 0 {
             return Ok(0);
         }
         if self.sink.is_empty() {
-            let error = PipelineError::NoPipeline("metrics");
-            self.metrics.record_refused(points, &error);
+            let error = PipelineError::NoPipeline(P::SIGNAL.as_str());
+            self.metrics.record_refused(items, &error);
             return Err(error);
         }
-        match self.sink.accept(MetricsBatch::new(request, points)).await {
+        // From here the request's buffer is what the batch holds.
+        if let Err(error) = reservation.resize(request.len()) {
+            self.metrics.record_refused(items, &error);
+            return Err(error);
+        }
+        let mut batch = P::from_request(request, items);
+        batch.set_charge(reservation.into_charge());
+        match self
+            .sink
+            .accept_with_views(batch, inspected.views.as_ref())
+            .await
+        {
             Ok(()) => {
-                self.metrics.record_accepted(points);
-                Ok(points)
+                self.metrics.record_accepted(items);
+                Ok(items)
             }
             Err(error) => {
-                self.metrics.record_refused(points, &error);
+                self.metrics.record_refused(items, &error);
                 Err(error)
             }
         }
     }
-
-    /// Counts a request refused before or during decoding (its data points are unknown).
-    pub fn refuse(&self, error: &PipelineError) {
-        self.metrics.record_refused(0, error);
-        tracing::debug!(event = "receiver.refused", signal = "metrics", error = %error);
-    }
 }
 
-/// The spans a plain protobuf decode sees, ignoring OTLP's id-length rules; 0 if it fails.
-/// Only used on the error path, to count what was refused.
-fn lenient_span_count(request: &[u8]) -> usize {
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    ExportTraceServiceRequest::decode(request)
-        .map(|decoded| {
-            decoded
-                .resource_spans
-                .iter()
-                .flat_map(|r| &r.scope_spans)
-                .map(|s| s.spans.len())
-                .sum()
-        })
-        .unwrap_or(0)
+impl<P: Payload> Intake for SignalIntake<P> {
+    fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError> {
+        reserve_with(self.limiter.as_deref(), &self.metrics, bytes)
+    }
+
+    fn ingest(
+        &self,
+        request: Bytes,
+        reservation: Reservation,
+    ) -> impl Future<Output = Result<usize, PipelineError>> + Send {
+        self.ingest_request(request, reservation)
+    }
+
+    /// Its items are unknown: counted as a request only.
+    fn refuse(&self, error: &PipelineError) {
+        self.metrics.record_refused(0, error);
+        tracing::debug!(event = "receiver.refused", signal = %P::SIGNAL, error = %error);
+    }
+
+    fn refuse_too_many(&self) {
+        self.metrics.record_too_many_requests();
+    }
+
+    fn in_flight_gauge(&self) -> &IntGauge {
+        self.metrics.in_flight()
+    }
+
+    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
+        P::json_to_protobuf(json)
+    }
 }

@@ -4,41 +4,46 @@
 //! request message as bytes, so spans are validated by the wire reader and never decoded
 //! into objects. The metrics service is built the same way (the handler validates with a
 //! prost decode and passes the original bytes on) when the receiver feeds a metrics
-//! pipeline, and answers `UNIMPLEMENTED` with a message otherwise; so does the logs service.
+//! pipeline. Otherwise the metrics service, and the logs service, answer `UNIMPLEMENTED`
+//! with a message at once, without reading the request.
+//!
+//! Admission (see the [module docs](super)) happens before the message is read: the
+//! service reads only the 5-byte gRPC frame header, which carries the message length, and
+//! reserves that length (uncompressed), or the compressed length plus
+//! `max_recv_msg_size_mib` (compressed: the decompressed size is known only once tonic has
+//! inflated it, within that maximum). After decoding, the reservation shrinks to the
+//! message and travels with it into the pipeline.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
-    LogsService, LogsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsServiceRequest, ExportLogsServiceResponse,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
+use http_body::{Body, Frame};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codec::{BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decoder};
 use tonic::server::{NamedService, UnaryService};
-use tonic::transport::server::TcpIncoming;
 
-use super::{MetricsIntake, TracesIntake};
+use super::in_flight::InFlightLimit;
+use super::{Intake, MetricsIntake, TracesIntake};
 use crate::config::GrpcServerConfig;
 use crate::error::PipelineError;
+use crate::limiter::Reservation;
+use crate::net::Acceptor;
 
 const TRACE_SERVICE: &str = "opentelemetry.proto.collector.trace.v1.TraceService";
 const TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 const METRICS_SERVICE: &str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
 const METRICS_EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+const LOGS_SERVICE: &str = "opentelemetry.proto.collector.logs.v1.LogsService";
+
+/// The length of a gRPC message's frame header: a compression flag and a 32-bit length.
+const FRAME_HEADER_LEN: usize = 5;
 
 /// Serves OTLP/gRPC on `listener` until `stop` turns true, then finishes in-flight
 /// requests and returns.
@@ -53,84 +58,58 @@ pub async fn serve(
     metrics: MetricsIntake,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
+    // One limit for both services: it bounds the receiver's requests, whatever the signal.
+    let in_flight = InFlightLimit::new(
+        config.max_concurrent_requests,
+        traces.in_flight_gauge().clone(),
+    );
     let trace_service = RawExportService {
         intake: traces,
         max_message_size: config.max_recv_msg_size,
+        in_flight: in_flight.clone(),
     };
     let (raw_metrics_service, metrics_service) = if metrics.has_pipeline() {
         let raw = RawExportService {
             intake: metrics,
             max_message_size: config.max_recv_msg_size,
+            in_flight,
         };
         (Some(raw), None)
     } else {
-        let none = MetricsServiceServer::new(NoPipeline)
-            .max_decoding_message_size(config.max_recv_msg_size)
-            .accept_compressed(CompressionEncoding::Gzip)
-            .accept_compressed(CompressionEncoding::Zstd);
-        (None, Some(none))
+        (None, Some(NoPipeline::<MetricsSignal>::default()))
     };
-    let logs_service = LogsServiceServer::new(NoPipeline)
-        .max_decoding_message_size(config.max_recv_msg_size)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd);
     tonic::transport::Server::builder()
+        .max_concurrent_streams(config.max_concurrent_streams)
         .add_service(trace_service)
         .add_optional_service(raw_metrics_service)
         .add_optional_service(metrics_service)
-        .add_service(logs_service)
-        .serve_with_incoming_shutdown(
-            // Small unary answers: do not let Nagle's algorithm delay them.
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async move {
-                let _ = stop.wait_for(|stopped| *stopped).await;
-            },
-        )
+        .add_service(NoPipeline::<LogsSignal>::default())
+        .serve_with_incoming_shutdown(Acceptor::new(listener), async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        })
         .await
 }
 
 /// What a raw export service needs from a signal's intake.
-trait RawIntake: Clone + Send + Sync + 'static {
+trait RawIntake: Intake {
     /// The gRPC service name.
     const SERVICE: &'static str;
     /// The path of its `Export` method.
     const EXPORT_PATH: &'static str;
     /// The empty success answer.
     type Response: prost::Message + Default + Send + 'static;
-
-    /// Admission before the body is read; see [`TracesIntake::admit`].
-    fn admit(&self, size_hint: usize) -> Result<(), PipelineError>;
-
-    /// Validates and admits one request.
-    fn ingest(&self, request: Bytes) -> impl Future<Output = Result<usize, PipelineError>> + Send;
 }
 
 impl RawIntake for TracesIntake {
     const SERVICE: &'static str = TRACE_SERVICE;
     const EXPORT_PATH: &'static str = TRACE_EXPORT_PATH;
     type Response = ExportTraceServiceResponse;
-
-    fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
-        TracesIntake::admit(self, size_hint)
-    }
-
-    fn ingest(&self, request: Bytes) -> impl Future<Output = Result<usize, PipelineError>> + Send {
-        TracesIntake::ingest(self, request)
-    }
 }
 
 impl RawIntake for MetricsIntake {
     const SERVICE: &'static str = METRICS_SERVICE;
     const EXPORT_PATH: &'static str = METRICS_EXPORT_PATH;
     type Response = ExportMetricsServiceResponse;
-
-    fn admit(&self, size_hint: usize) -> Result<(), PipelineError> {
-        MetricsIntake::admit(self, size_hint)
-    }
-
-    fn ingest(&self, request: Bytes) -> impl Future<Output = Result<usize, PipelineError>> + Send {
-        MetricsIntake::ingest(self, request)
-    }
 }
 
 /// An OTLP export service (`TraceService` or `MetricsService`) over raw request bytes.
@@ -138,6 +117,7 @@ impl RawIntake for MetricsIntake {
 struct RawExportService<I> {
     intake: I,
     max_message_size: usize,
+    in_flight: InFlightLimit,
 }
 
 impl<I: RawIntake> NamedService for RawExportService<I> {
@@ -149,13 +129,15 @@ type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'stati
 impl<I, B> tower::Service<http::Request<B>> for RawExportService<I>
 where
     I: RawIntake,
-    B: http_body::Body + Send + 'static,
+    B: Body + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
+    /// Always ready: requests over the limits are answered with a refusal in `call`
+    /// rather than held back here (see [`InFlightLimit`] for why).
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
@@ -169,29 +151,53 @@ where
             ));
             return Box::pin(async move { Ok(status.into_http()) });
         }
-        // Admission before the body is read or decoded. gRPC carries no length up front,
-        // so the check is the limiter's state and the budget's headroom.
-        if let Err(error) = self.intake.admit(0) {
-            return Box::pin(async move { Ok(error.grpc_status().into_http()) });
-        }
-        let handler = ExportHandler {
-            intake: self.intake.clone(),
+        let permit = match self.in_flight.try_acquire() {
+            Ok(permit) => permit,
+            Err(error) => {
+                self.intake.refuse_too_many();
+                return Box::pin(async move { Ok(error.grpc_status().into_http()) });
+            }
         };
+        let intake = self.intake.clone();
         let max_message_size = self.max_message_size;
         Box::pin(async move {
+            let _permit = permit;
+            // Admission before the message is read or decoded: only its frame header.
+            let (parts, body) = request.into_parts();
+            let mut body = Peeked::new(body);
+            let charge = match body.frame_header().await {
+                // Over the maximum: tonic refuses it without reading it.
+                Some((_, len)) if len > max_message_size => 0,
+                Some((false, len)) => len,
+                Some((true, len)) => len + max_message_size,
+                // No complete header: tonic answers the protocol error.
+                None => 0,
+            };
+            let reservation = match intake.reserve(charge) {
+                Ok(reservation) => reservation,
+                Err(error) => return Ok(error.grpc_status().into_http()),
+            };
+            let handler = ExportHandler {
+                intake,
+                reservation: Some(reservation),
+            };
             let mut grpc = tonic::server::Grpc::new(RawRequestCodec::<I::Response>::default())
                 .accept_compressed(CompressionEncoding::Gzip)
                 .accept_compressed(CompressionEncoding::Zstd)
                 .send_compressed(CompressionEncoding::Gzip)
                 .send_compressed(CompressionEncoding::Zstd)
                 .max_decoding_message_size(max_message_size);
-            Ok(grpc.unary(handler, request).await)
+            Ok(grpc
+                .unary(handler, http::Request::from_parts(parts, body))
+                .await)
         })
     }
 }
 
+/// Handles one decoded request under the reservation admission took for it.
 struct ExportHandler<I> {
     intake: I,
+    reservation: Option<Reservation>,
 }
 
 impl<I: RawIntake> UnaryService<Bytes> for ExportHandler<I> {
@@ -200,13 +206,125 @@ impl<I: RawIntake> UnaryService<Bytes> for ExportHandler<I> {
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let intake = self.intake.clone();
+        // Called once per request (the handler is made per request); the ingest resizes
+        // the reservation to the message and hands it on with the batch.
+        let reservation = self
+            .reservation
+            .take()
+            .unwrap_or_else(Reservation::unlimited);
         Box::pin(async move {
             // The receiver never fills partial_success, as the Collector's.
-            match intake.ingest(request.into_inner()).await {
+            match intake.ingest(request.into_inner(), reservation).await {
                 Ok(_items) => Ok(tonic::Response::new(I::Response::default())),
                 Err(error) => Err(error.grpc_status()),
             }
         })
+    }
+}
+
+/// A request body whose first frames can be read ahead (to learn the message length) and
+/// are then yielded again, followed by the rest of the body.
+struct Peeked<B: Body> {
+    inner: Pin<Box<B>>,
+    read_ahead: VecDeque<Result<Frame<Bytes>, B::Error>>,
+    /// The inner body has ended (or failed) while reading ahead.
+    ended: bool,
+}
+
+impl<B: Body> Peeked<B> {
+    fn new(body: B) -> Self {
+        Self {
+            inner: Box::pin(body),
+            read_ahead: VecDeque::new(),
+            ended: false,
+        }
+    }
+
+    /// Reads ahead until the first message's frame header is in: its compression flag
+    /// and length. `None` when the body ends, fails or carries trailers first.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: frames read ahead are kept and yielded by the body.
+    async fn frame_header(&mut self) -> Option<(bool, usize)> {
+        loop {
+            let buffered: usize = self
+                .read_ahead
+                .iter()
+                .filter_map(|frame| frame.as_ref().ok()?.data_ref().map(Bytes::len))
+                .sum();
+            if buffered >= FRAME_HEADER_LEN {
+                let mut header = [0u8; FRAME_HEADER_LEN];
+                let mut at = 0;
+                for data in self
+                    .read_ahead
+                    .iter()
+                    .filter_map(|frame| frame.as_ref().ok()?.data_ref())
+                {
+                    let take = (FRAME_HEADER_LEN - at).min(data.len());
+                    header[at..at + take].copy_from_slice(&data[..take]);
+                    at += take;
+                    if at == FRAME_HEADER_LEN {
+                        break;
+                    }
+                }
+                let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+                return Some((header[0] != 0, len as usize));
+            }
+            if self.ended {
+                return None;
+            }
+            match std::future::poll_fn(|cx| self.inner.as_mut().poll_frame(cx)).await {
+                None => {
+                    self.ended = true;
+                    return None;
+                }
+                Some(Ok(frame)) => {
+                    let frame = frame.map_data(|mut data| data.copy_to_bytes(data.remaining()));
+                    let trailers = frame.is_trailers();
+                    self.read_ahead.push_back(Ok(frame));
+                    if trailers {
+                        return None;
+                    }
+                }
+                Some(Err(error)) => {
+                    self.read_ahead.push_back(Err(error));
+                    self.ended = true;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+// Nothing is pinned in place: the inner body is boxed, and frames read ahead are plain
+// values moved in and out of the queue.
+impl<B: Body> Unpin for Peeked<B> {}
+
+impl<B: Body> Body for Peeked<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        if let Some(frame) = this.read_ahead.pop_front() {
+            return Poll::Ready(Some(frame));
+        }
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        this.inner.as_mut().poll_frame(cx).map(|frame| {
+            frame.map(|frame| {
+                frame.map(|frame| frame.map_data(|mut data| data.copy_to_bytes(data.remaining())))
+            })
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read_ahead.is_empty() && (self.ended || self.inner.is_end_stream())
     }
 }
 
@@ -252,27 +370,250 @@ impl Decoder for BytesDecoder {
     }
 }
 
-/// Answers the metrics service when the receiver feeds no metrics pipeline, and the logs
-/// service.
-#[derive(Clone, Copy, Debug)]
-struct NoPipeline;
+/// A signal that a gRPC service of this receiver does not take.
+trait UnservedSignal: Send + Sync + 'static {
+    /// The gRPC service name.
+    const SERVICE: &'static str;
+    /// The signal, for the message.
+    const SIGNAL: &'static str;
+}
 
-#[tonic::async_trait]
-impl MetricsService for NoPipeline {
-    async fn export(
-        &self,
-        _request: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        Err(PipelineError::NoPipeline("metrics").grpc_status())
+#[derive(Clone, Copy, Debug, Default)]
+struct MetricsSignal;
+
+impl UnservedSignal for MetricsSignal {
+    const SERVICE: &'static str = METRICS_SERVICE;
+    const SIGNAL: &'static str = "metrics";
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct LogsSignal;
+
+impl UnservedSignal for LogsSignal {
+    const SERVICE: &'static str = LOGS_SERVICE;
+    const SIGNAL: &'static str = "logs";
+}
+
+/// Answers a service whose signal has no pipeline (metrics when none is configured, and
+/// logs) with `UNIMPLEMENTED` at once, without reading the request: nothing of it is
+/// held.
+#[derive(Debug, Default)]
+struct NoPipeline<S>(std::marker::PhantomData<fn() -> S>);
+
+impl<S> Clone for NoPipeline<S> {
+    fn clone(&self) -> Self {
+        Self(std::marker::PhantomData)
     }
 }
 
-#[tonic::async_trait]
-impl LogsService for NoPipeline {
-    async fn export(
-        &self,
-        _request: tonic::Request<ExportLogsServiceRequest>,
-    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
-        Err(PipelineError::NoPipeline("logs").grpc_status())
+impl<S: UnservedSignal> NamedService for NoPipeline<S> {
+    const NAME: &'static str = S::SERVICE;
+}
+
+impl<S: UnservedSignal, B> tower::Service<http::Request<B>> for NoPipeline<S> {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _request: http::Request<B>) -> Self::Future {
+        std::future::ready(Ok(PipelineError::NoPipeline(S::SIGNAL)
+            .grpc_status()
+            .into_http()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroUsize;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prometheus::Registry;
+    use prost::Message;
+    use tower::Service;
+
+    use super::*;
+    use crate::config::ComponentId;
+    use crate::limiter::{Limits, MemoryLimiter};
+    use crate::payload::TracesSink;
+    use crate::receiver::{ReceiverMetricFamilies, Transport};
+
+    fn limiter(soft: u64) -> Arc<MemoryLimiter> {
+        MemoryLimiter::with_limits(
+            Limits {
+                hard: soft * 2,
+                soft,
+            },
+            Duration::from_secs(1),
+            &Registry::new(),
+        )
+        .expect("fresh registry")
+    }
+
+    /// A trace service feeding no pipeline, admitting through `limiter`, with room for
+    /// `in_flight` requests; and the registry its counters are in.
+    fn service(
+        limiter: &Arc<MemoryLimiter>,
+        in_flight: usize,
+    ) -> (RawExportService<TracesIntake>, Registry) {
+        let registry = Registry::new();
+        let id = ComponentId {
+            written: "otlp".into(),
+            kind: "otlp".into(),
+            name: None,
+        };
+        let metrics = ReceiverMetricFamilies::register(&registry)
+            .expect("fresh registry")
+            .for_receiver(&id, Transport::Grpc);
+        let intake = TracesIntake::new(TracesSink::default(), metrics, Some(limiter.clone()));
+        let in_flight = InFlightLimit::new(
+            NonZeroUsize::new(in_flight),
+            intake.in_flight_gauge().clone(),
+        );
+        let service = RawExportService {
+            intake,
+            max_message_size: 4 << 20,
+            in_flight,
+        };
+        (service, registry)
+    }
+
+    fn export(body: Vec<u8>) -> http::Request<Full<Bytes>> {
+        http::Request::post(TRACE_EXPORT_PATH)
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(Bytes::from(body)))
+            .expect("request")
+    }
+
+    /// A gRPC frame: uncompressed flag, the declared length, then `payload`.
+    fn frame(declared: u32, payload: &[u8]) -> Vec<u8> {
+        let mut framed = vec![0];
+        framed.extend_from_slice(&declared.to_be_bytes());
+        framed.extend_from_slice(payload);
+        framed
+    }
+
+    fn grpc_status(response: &http::Response<tonic::body::Body>) -> Option<tonic::Code> {
+        response
+            .headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i32>().ok())
+            .map(tonic::Code::from)
+    }
+
+    fn refused(registry: &Registry, reason: &str) -> u64 {
+        registry
+            .gather()
+            .iter()
+            .filter(|family| family.name() == "tailgate_receiver_refused_requests_total")
+            .flat_map(|family| family.get_metric())
+            .filter(|metric| {
+                metric
+                    .get_label()
+                    .iter()
+                    .any(|label| label.name() == "reason" && label.value() == reason)
+            })
+            .map(|metric| metric.get_counter().get_value() as u64)
+            .sum()
+    }
+
+    /// Scenario: a body whose 5-byte frame header arrives split over two chunks, followed
+    /// by the message and trailers.
+    /// Guarantees: the header's flag and length are read ahead, and the body then yields
+    /// every byte and the trailers as they came.
+    #[tokio::test]
+    async fn reads_the_frame_header_ahead_and_replays_it() {
+        let framed = frame(3, b"abc");
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-end", http::HeaderValue::from_static("1"));
+        let chunks: Vec<Result<Frame<Bytes>, Infallible>> = vec![
+            Ok(Frame::data(Bytes::copy_from_slice(&framed[..2]))),
+            Ok(Frame::data(Bytes::copy_from_slice(&framed[2..]))),
+            Ok(Frame::trailers(trailers)),
+        ];
+        let mut body = Peeked::new(StreamBody::new(tokio_stream::iter(chunks)));
+        assert_eq!(body.frame_header().await, Some((false, 3)));
+        let collected = body.collect().await.expect("infallible");
+        assert_eq!(collected.trailers().map(|t| t.len()), Some(1));
+        assert_eq!(&collected.to_bytes()[..], &framed[..]);
+
+        let mut empty = Peeked::new(Full::new(Bytes::new()));
+        assert_eq!(empty.frame_header().await, None);
+    }
+
+    /// Scenario: a soft limit of 1000 bytes; a request whose frame header declares 2000
+    /// bytes and whose message never comes; then a valid request of a few spans.
+    /// Guarantees: the first is refused UNAVAILABLE (retryable) on its declared length
+    /// alone, without waiting for the message, and counted as overloaded; the second is
+    /// admitted, reserved for its length while decoded, and its reservation released once
+    /// it ends (it feeds no pipeline here, so it is answered UNIMPLEMENTED).
+    #[tokio::test]
+    async fn reserves_the_declared_message_length_before_reading() {
+        let limiter = limiter(1000);
+        let (mut service, registry) = service(&limiter, 8);
+        let response = service
+            .call(export(frame(2000, &[])))
+            .await
+            .expect("infallible");
+        assert_eq!(grpc_status(&response), Some(tonic::Code::Unavailable));
+        assert_eq!(refused(&registry, "overloaded"), 1);
+
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: (0..3u8)
+                        .map(|i| Span {
+                            trace_id: vec![1; 16],
+                            span_id: vec![i + 1; 8],
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec();
+        let len = request.len();
+        let response = service
+            .call(export(frame(len as u32, &request)))
+            .await
+            .expect("infallible");
+        assert_eq!(grpc_status(&response), Some(tonic::Code::Unimplemented));
+        assert!(limiter.budget().peak() >= len);
+        assert_eq!(limiter.budget().used(), 0);
+    }
+
+    /// Scenario: a trace service with room for one request in flight, which is taken.
+    /// Guarantees: the next request is refused UNAVAILABLE at once and counted as
+    /// too_many_requests; once the slot is free, requests go through again.
+    #[tokio::test]
+    async fn sheds_requests_over_the_in_flight_limit() {
+        let limiter = limiter(1 << 20);
+        let (mut service, registry) = service(&limiter, 1);
+        let held = service.in_flight.try_acquire().expect("a free slot");
+        let response = service
+            .call(export(frame(0, &[])))
+            .await
+            .expect("infallible");
+        assert_eq!(grpc_status(&response), Some(tonic::Code::Unavailable));
+        assert_eq!(refused(&registry, "too_many_requests"), 1);
+        drop(held);
+        let response = service
+            .call(export(frame(0, &[])))
+            .await
+            .expect("infallible");
+        // An empty request succeeds without entering a pipeline.
+        assert_eq!(grpc_status(&response), None);
+        assert_eq!(refused(&registry, "too_many_requests"), 1);
     }
 }

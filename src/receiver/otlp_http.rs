@@ -7,27 +7,61 @@
 //!   than POST, 413 for a body over `max_request_body_size` (after decompression), 415 for
 //!   a content type other than `application/x-protobuf` or `application/json`, each with a
 //!   `google.rpc.Status` body carrying the message;
-//! - 503 with `Retry-After` when the pipeline is full or shutting down.
+//! - 503 with `Retry-After` when the pipeline is full or shutting down, when the memory
+//!   budget has no room for the body, or when `max_concurrent_requests` are in flight.
+//!
+//! Admission (see the [module docs](super)) happens before the body is read: the memory
+//! reservation is the declared `Content-Length`, else `max_request_body_size`. The body is
+//! read into one buffer of that length; decompression grows the reservation as it goes and
+//! moves to a blocking thread once a body has produced 256 KiB, and JSON bodies over
+//! 256 KiB are transcoded there too, so no large body is decoded on the async workers.
 
 use std::io::Read;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prost::Message;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::{MetricsIntake, TracesIntake};
+use super::in_flight::InFlightLimit;
+use super::{Intake, MetricsIntake, TracesIntake};
 use crate::config::{CorsConfig, HttpServerConfig};
 use crate::error::PipelineError;
+use crate::limiter::Reservation;
 use crate::net::{FullBody, serve_http};
 
 /// How long open connections may take to finish their requests once `stop` turns true.
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// Decompression runs on the async worker until a body has produced this many bytes; the
+/// rest (a large body, or a small one that inflates a lot) runs on a blocking thread.
+/// About half a millisecond of inflating: short enough not to hold up other requests.
+const INLINE_INFLATE_BYTES: usize = 256 * 1024;
+
+/// JSON bodies larger than this are transcoded on a blocking thread.
+const INLINE_JSON_BYTES: usize = 256 * 1024;
+
+/// What transcoding holds per byte of an OTLP/JSON body, besides the body: serde_json's
+/// tree, the prost request and its encoding, all alive at once. Measured for the tree
+/// alone: 6 times the text for spans without attributes, 18 times with ten attributes
+/// each (every small object is a B-tree node of several hundred bytes). Reserved for the
+/// time of the transcoding.
+const JSON_TRANSCODE_FACTOR: usize = 20;
+
+/// How much a decompression buffer grows by at least.
+const INFLATE_STEP: usize = 64 * 1024;
+
+/// The first buffer for a body that declares no length.
+const UNDECLARED_BODY_START: usize = 64 * 1024;
+
+/// How long the body of an HTTP/1 request refused before reading is read and dropped; see
+/// [`discard_unread`].
+const DISCARD_TIME: Duration = Duration::from_secs(2);
 
 /// The body encoding of a request, which is also the encoding of its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,10 +99,15 @@ pub async fn serve(
     metrics: MetricsIntake,
     stop: watch::Receiver<bool>,
 ) {
+    let in_flight = InFlightLimit::new(
+        config.max_concurrent_requests,
+        traces.in_flight_gauge().clone(),
+    );
     let receiver = std::sync::Arc::new(HttpReceiver {
         config,
         traces,
         metrics,
+        in_flight,
     });
     let handler = move |request: http::Request<Incoming>| {
         let receiver = receiver.clone();
@@ -81,6 +120,7 @@ struct HttpReceiver {
     config: HttpServerConfig,
     traces: TracesIntake,
     metrics: MetricsIntake,
+    in_flight: InFlightLimit,
 }
 
 impl HttpReceiver {
@@ -129,16 +169,16 @@ impl HttpReceiver {
             if metrics {
                 self.metrics.refuse(&error);
             } else {
-                self.traces.refuse(&[], &error);
+                self.traces.refuse(&error);
             }
             return error_response(&error, Encoding::Json);
         };
         let exported = if metrics {
-            self.export_metrics(request, encoding).await
+            self.export(&self.metrics, request, encoding).await
         } else if let Some(signal) = signal {
             return error_response(&PipelineError::NoPipeline(signal), encoding);
         } else {
-            self.export_traces(request, encoding).await
+            self.export(&self.traces, request, encoding).await
         };
         match exported {
             Ok(()) => {
@@ -152,36 +192,39 @@ impl HttpReceiver {
         }
     }
 
-    async fn export_metrics(
+    /// Admits, reads, decodes and ingests one export request; every refusal is counted.
+    async fn export<I: Intake>(
         &self,
+        intake: &I,
         request: http::Request<Incoming>,
         encoding: Encoding,
     ) -> Result<(), PipelineError> {
-        self.metrics.admit(declared_length(&request))?;
-        let body = match self.read_body(request).await {
-            Ok(body) => body,
+        let limit = self.config.max_request_body_size;
+        let permit = match self.in_flight.try_acquire() {
+            Ok(permit) => permit,
             Err(error) => {
-                self.metrics.refuse(&error);
+                intake.refuse_too_many();
+                discard_unread(request, limit).await;
                 return Err(error);
             }
         };
-        let protobuf = match encoding {
-            Encoding::Protobuf => body,
-            Encoding::Json => match crate::otlp::metrics_json_to_protobuf(&body) {
-                Ok(protobuf) => Bytes::from(protobuf),
-                Err(error) => {
-                    let error = PipelineError::Malformed(error.to_string());
-                    self.metrics.refuse(&error);
-                    return Err(error);
-                }
-            },
+        let declared = declared_length(&request);
+        if declared.is_some_and(|declared| declared > limit) {
+            let error = PipelineError::TooLarge { limit };
+            intake.refuse(&error);
+            drop(permit);
+            discard_unread(request, limit).await;
+            return Err(error);
+        }
+        // Admission before the body is read: for what it may come to.
+        let reservation = match intake.reserve(declared.unwrap_or(limit)) {
+            Ok(reservation) => reservation,
+            Err(error) => {
+                drop(permit);
+                discard_unread(request, limit).await;
+                return Err(error);
+            }
         };
-        self.metrics.ingest(protobuf).await.map(|_points| ())
-    }
-
-    /// Reads the body within `max_request_body_size` and undoes `Content-Encoding`.
-    async fn read_body(&self, request: http::Request<Incoming>) -> Result<Bytes, PipelineError> {
-        let limit = self.config.max_request_body_size;
         let content_encoding = request
             .headers()
             .get(header::CONTENT_ENCODING)
@@ -189,45 +232,25 @@ impl HttpReceiver {
             .unwrap_or("")
             .trim()
             .to_ascii_lowercase();
-        let body = match Limited::new(request.into_body(), limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(error) => {
-                return Err(if error.is::<http_body_util::LengthLimitError>() {
-                    PipelineError::TooLarge { limit }
-                } else {
-                    PipelineError::Malformed(format!("reading the request body: {error}"))
-                });
+        let decoded = async {
+            let (body, reservation) =
+                read_body(request.into_body(), declared, limit, reservation).await?;
+            let (body, reservation) = inflate(&content_encoding, body, limit, reservation).await?;
+            match encoding {
+                Encoding::Protobuf => Ok((body, reservation)),
+                Encoding::Json => transcode::<I>(body, reservation).await,
             }
         };
-        decompress(&content_encoding, body, limit)
-    }
-
-    async fn export_traces(
-        &self,
-        request: http::Request<Incoming>,
-        encoding: Encoding,
-    ) -> Result<(), PipelineError> {
-        // Admission before the body is read: by its declared length when there is one.
-        self.traces.admit(declared_length(&request))?;
-        let body = match self.read_body(request).await {
-            Ok(body) => body,
+        let (protobuf, reservation) = match decoded.await {
+            Ok(decoded) => decoded,
             Err(error) => {
-                self.traces.refuse(&[], &error);
+                intake.refuse(&error);
                 return Err(error);
             }
         };
-        let protobuf = match encoding {
-            Encoding::Protobuf => body,
-            Encoding::Json => match crate::otlp::traces_json_to_protobuf(&body) {
-                Ok(protobuf) => Bytes::from(protobuf),
-                Err(error) => {
-                    let error = PipelineError::Malformed(error.to_string());
-                    self.traces.refuse(&[], &error);
-                    return Err(error);
-                }
-            },
-        };
-        self.traces.ingest(protobuf).await.map(|_spans| ())
+        let ingested = intake.ingest(protobuf, reservation).await.map(|_items| ());
+        drop(permit);
+        ingested
     }
 
     /// Answers a CORS preflight: allowed origins get the allowed methods and headers.
@@ -263,14 +286,150 @@ impl HttpReceiver {
     }
 }
 
-/// The body length the client declared, or 0 (chunked bodies declare none).
-fn declared_length(request: &http::Request<Incoming>) -> usize {
+/// The body length the client declared (chunked bodies declare none).
+fn declared_length(request: &http::Request<Incoming>) -> Option<usize> {
     request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(0)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+}
+
+/// Reads the body of a request refused before its body was read, and drops it as it comes,
+/// for at most `limit` bytes and [`DISCARD_TIME`].
+///
+/// hyper closes an HTTP/1 connection whose request body was left unread, and a client
+/// still sending a large body then sees a reset connection instead of the answer (the
+/// unread bytes make the kernel reset it). Reading the rest costs no memory, only the
+/// transfer, and lets the client get its retryable answer. Not needed for HTTP/2 (the
+/// stream alone is reset) nor after `Expect: 100-continue` (the client has not sent the
+/// body and waits for the answer).
+async fn discard_unread(request: http::Request<Incoming>, limit: usize) {
+    let expects_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if request.version() >= http::Version::HTTP_2 || expects_continue {
+        return;
+    }
+    let mut body = request.into_body();
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(DISCARD_TIME, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            seen = seen.saturating_add(frame.data_ref().map_or(0, Bytes::len));
+            if seen > limit {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// Reads the body, at most `limit` bytes, into one buffer: of the declared length when
+/// there is one, else grown as the body arrives. The reservation is kept at or above the
+/// buffer's size, and ends at the body's length.
+///
+/// # Errors
+///
+/// [`PipelineError::TooLarge`] past `limit`, [`PipelineError::Malformed`] when the body
+/// cannot be read (the client went away), [`PipelineError::Overloaded`] when the
+/// reservation cannot grow with a body longer than declared.
+async fn read_body(
+    mut body: Incoming,
+    declared: Option<usize>,
+    limit: usize,
+    mut reservation: Reservation,
+) -> Result<(Bytes, Reservation), PipelineError> {
+    let mut buf: Vec<u8> = Vec::with_capacity(declared.unwrap_or(UNDECLARED_BODY_START).min(limit));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| {
+            PipelineError::Malformed(format!("reading the request body: {error}"))
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let len = buf.len() + data.len();
+        if len > limit {
+            return Err(PipelineError::TooLarge { limit });
+        }
+        if len > buf.capacity() {
+            let capacity = len.max(buf.capacity() * 2).min(limit);
+            if capacity > reservation.bytes() {
+                reservation.resize(capacity)?;
+            }
+            buf.reserve_exact(capacity - buf.len());
+        }
+        buf.extend_from_slice(&data);
+    }
+    buf.shrink_to_fit();
+    reservation.resize(buf.len())?;
+    Ok((Bytes::from(buf), reservation))
+}
+
+/// Undoes `Content-Encoding`, refusing output larger than `limit` bytes: on the async
+/// worker for the first [`INLINE_INFLATE_BYTES`] of output, then on a blocking thread.
+///
+/// # Errors
+///
+/// As [`Inflater::new`] and [`Inflater::run`].
+async fn inflate(
+    content_encoding: &str,
+    body: Bytes,
+    limit: usize,
+    mut reservation: Reservation,
+) -> Result<(Bytes, Reservation), PipelineError> {
+    let Some(mut inflater) = Inflater::new(content_encoding, &body, limit)? else {
+        return Ok((body, reservation));
+    };
+    drop(body);
+    if inflater.run(&mut reservation, INLINE_INFLATE_BYTES)? {
+        return inflater.finish(reservation);
+    }
+    tokio::task::spawn_blocking(move || {
+        inflater.run(&mut reservation, usize::MAX)?;
+        inflater.finish(reservation)
+    })
+    .await
+    .map_err(blocking_failed)?
+}
+
+/// Transcodes an OTLP/JSON body to protobuf, on a blocking thread when it is larger than
+/// [`INLINE_JSON_BYTES`], with the reservation grown for what transcoding holds and then
+/// shrunk to the protobuf's size.
+///
+/// # Errors
+///
+/// [`PipelineError::Malformed`] for invalid OTLP/JSON, [`PipelineError::Overloaded`]
+/// when the memory budget has no room for the transcoding.
+async fn transcode<I: Intake>(
+    json: Bytes,
+    mut reservation: Reservation,
+) -> Result<(Bytes, Reservation), PipelineError> {
+    reservation.resize(json.len().saturating_mul(1 + JSON_TRANSCODE_FACTOR))?;
+    let large = json.len() > INLINE_JSON_BYTES;
+    let run = move || {
+        let protobuf = I::json_to_protobuf(&json)?;
+        drop(json);
+        reservation.resize(protobuf.len())?;
+        Ok((Bytes::from(protobuf), reservation))
+    };
+    if large {
+        tokio::task::spawn_blocking(run)
+            .await
+            .map_err(blocking_failed)?
+    } else {
+        run()
+    }
+}
+
+/// A blocking decode task that did not finish: the runtime is shutting down, or it
+/// panicked (a bug in a decoder, logged).
+fn blocking_failed(error: tokio::task::JoinError) -> PipelineError {
+    if error.is_cancelled() {
+        return PipelineError::ShuttingDown;
+    }
+    tracing::error!(event = "receiver.decode_failed", error = %error);
+    PipelineError::Malformed("the request body could not be decoded".to_owned())
 }
 
 /// True when `origin` matches one of `cors.allowed_origins` (`*` wildcards allowed).
@@ -303,31 +462,112 @@ fn wildcard_match(pattern: &str, text: &str) -> bool {
     rest.ends_with(last)
 }
 
-/// Undoes `Content-Encoding`, refusing output larger than `limit` bytes.
-fn decompress(content_encoding: &str, body: Bytes, limit: usize) -> Result<Bytes, PipelineError> {
-    let decoder: Box<dyn Read + '_> = match content_encoding {
-        "" | "identity" => return Ok(body),
-        "gzip" | "x-gzip" => Box::new(flate2::read::GzDecoder::new(&body[..])),
-        "deflate" | "zlib" => Box::new(flate2::read::ZlibDecoder::new(&body[..])),
-        "zstd" => match zstd::stream::read::Decoder::new(&body[..]) {
-            Ok(decoder) => Box::new(decoder),
-            Err(error) => return Err(PipelineError::Malformed(format!("zstd body: {error}"))),
-        },
-        other => return Err(PipelineError::UnsupportedEncoding(other.to_owned())),
-    };
-    let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
-    let read = decoder
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|error| {
-            PipelineError::Malformed(format!(
-                "{content_encoding} body does not decompress: {error}"
-            ))
-        })?;
-    if read > limit {
-        return Err(PipelineError::TooLarge { limit });
+/// A body being decompressed, in steps: the first on the async worker, the rest (if any)
+/// on a blocking thread.
+struct Inflater {
+    decoder: Box<dyn Read + Send>,
+    /// The compressed body, held (inside the decoder) until the end.
+    compressed_len: usize,
+    out: Vec<u8>,
+    limit: usize,
+    encoding: String,
+}
+
+impl Inflater {
+    /// A decompression of `body` per `content_encoding`; `None` when it is not encoded.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::UnsupportedEncoding`] for an encoding not decoded here,
+    /// [`PipelineError::Malformed`] when a zstd decoder cannot be made.
+    fn new(
+        content_encoding: &str,
+        body: &Bytes,
+        limit: usize,
+    ) -> Result<Option<Self>, PipelineError> {
+        let reader = body.clone().reader();
+        let decoder: Box<dyn Read + Send> = match content_encoding {
+            "" | "identity" => return Ok(None),
+            "gzip" | "x-gzip" => Box::new(flate2::read::GzDecoder::new(reader)),
+            "deflate" | "zlib" => Box::new(flate2::read::ZlibDecoder::new(reader)),
+            "zstd" => match zstd::stream::read::Decoder::new(reader) {
+                Ok(decoder) => Box::new(decoder),
+                Err(error) => return Err(PipelineError::Malformed(format!("zstd body: {error}"))),
+            },
+            other => return Err(PipelineError::UnsupportedEncoding(other.to_owned())),
+        };
+        Ok(Some(Self {
+            decoder,
+            compressed_len: body.len(),
+            out: Vec::new(),
+            limit,
+            encoding: content_encoding.to_owned(),
+        }))
     }
-    Ok(Bytes::from(out))
+
+    /// Decompresses until the end of the body (true) or until about `budget` more bytes
+    /// came out (false: call again). The output buffer grows in steps, each reserved
+    /// first, so the reservation always covers the compressed body and the buffer.
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::TooLarge`] past the limit, [`PipelineError::Malformed`] when the
+    /// body does not decompress, [`PipelineError::Overloaded`] when the memory budget has
+    /// no room for the output.
+    fn run(&mut self, reservation: &mut Reservation, budget: usize) -> Result<bool, PipelineError> {
+        let mut produced = 0usize;
+        while produced < budget {
+            if self.out.len() == self.out.capacity() {
+                // One byte past the limit tells a body over it from one exactly at it.
+                let capacity = (self.out.capacity() * 2)
+                    .max(INFLATE_STEP)
+                    .min(self.limit + 1);
+                if capacity == self.out.capacity() {
+                    return Err(PipelineError::TooLarge { limit: self.limit });
+                }
+                let held = self.compressed_len + capacity;
+                if held > reservation.bytes() {
+                    reservation.resize(held)?;
+                }
+                self.out.reserve_exact(capacity - self.out.len());
+            }
+            let room = (self.out.capacity() - self.out.len()).min(budget - produced);
+            // `take` keeps `read_to_end` within the capacity just reserved.
+            let read = (&mut self.decoder)
+                .take(room as u64)
+                .read_to_end(&mut self.out)
+                .map_err(|error| {
+                    PipelineError::Malformed(format!(
+                        "{} body does not decompress: {error}",
+                        self.encoding
+                    ))
+                })?;
+            if self.out.len() > self.limit {
+                return Err(PipelineError::TooLarge { limit: self.limit });
+            }
+            if read < room {
+                return Ok(true);
+            }
+            produced += read;
+        }
+        Ok(false)
+    }
+
+    /// The decompressed body, with the reservation shrunk to it (the compressed body is
+    /// released here).
+    ///
+    /// # Errors
+    ///
+    /// Never in practice: the reservation only shrinks.
+    fn finish(self, mut reservation: Reservation) -> Result<(Bytes, Reservation), PipelineError> {
+        let Self {
+            decoder, mut out, ..
+        } = self;
+        drop(decoder);
+        out.shrink_to_fit();
+        reservation.resize(out.len())?;
+        Ok((Bytes::from(out), reservation))
+    }
 }
 
 fn error_response(error: &PipelineError, encoding: Encoding) -> http::Response<FullBody> {
@@ -399,6 +639,73 @@ mod tests {
             "https://app.example.com",
             "https://app.example.com.evil"
         ));
+    }
+
+    /// Decompresses in one go, without a memory limit.
+    fn decompress(encoding: &str, body: Bytes, limit: usize) -> Result<Bytes, PipelineError> {
+        let mut reservation = Reservation::unlimited();
+        let Some(mut inflater) = Inflater::new(encoding, &body, limit)? else {
+            return Ok(body);
+        };
+        assert!(inflater.run(&mut reservation, usize::MAX)?);
+        inflater.finish(reservation).map(|(out, _)| out)
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(data).expect("in memory");
+        gz.finish().expect("in memory")
+    }
+
+    fn limiter(soft: u64) -> std::sync::Arc<crate::limiter::MemoryLimiter> {
+        crate::limiter::MemoryLimiter::with_limits(
+            crate::limiter::Limits {
+                hard: soft * 2,
+                soft,
+            },
+            Duration::from_secs(1),
+            &prometheus::Registry::new(),
+        )
+        .expect("fresh registry")
+    }
+
+    /// Scenario: a 3 MiB body gzipped (far past the inline share, so most of it inflates
+    /// on a blocking thread), under a memory limit with room for it.
+    /// Guarantees: it decodes to the original; while inflating, the reservation covered
+    /// the compressed body and the output (the budget's peak is at least both); at the end
+    /// it holds exactly the output.
+    #[tokio::test]
+    async fn inflates_large_bodies_under_a_growing_reservation() {
+        let original: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+        let compressed = Bytes::from(gzip(&original));
+        let limiter = limiter(64 << 20);
+        let reservation = limiter.reserve(compressed.len()).expect("room");
+        let (out, reservation) = inflate("gzip", compressed.clone(), 20 << 20, reservation)
+            .await
+            .expect("inflates");
+        assert_eq!(&out[..], &original[..]);
+        assert_eq!(reservation.bytes(), original.len());
+        assert_eq!(limiter.budget().used(), original.len());
+        assert!(limiter.budget().peak() >= compressed.len() + original.len());
+        drop(reservation);
+        assert_eq!(limiter.budget().used(), 0);
+    }
+
+    /// Scenario: a small gzip body that inflates to 2 MiB, with 1 MiB of budget room.
+    /// Guarantees: decompression stops when the reservation cannot grow, with a retryable
+    /// refusal, and everything reserved is released.
+    #[tokio::test]
+    async fn inflating_past_the_budget_is_refused_retryably() {
+        let compressed = Bytes::from(gzip(&vec![7u8; 2 << 20]));
+        let limiter = limiter(1 << 20);
+        let reservation = limiter.reserve(compressed.len()).expect("room");
+        let refused = inflate("gzip", compressed, 20 << 20, reservation)
+            .await
+            .expect_err("no room for the output");
+        assert!(refused.is_retryable(), "{refused}");
+        assert_eq!(limiter.budget().used(), 0);
+        assert!(limiter.budget().peak() <= 1 << 20);
     }
 
     /// Scenario: bodies in every supported Content-Encoding, and a bomb over the limit.
