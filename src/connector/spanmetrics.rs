@@ -47,6 +47,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::metrics::SpanMetricsMetrics;
 use crate::config::{ComponentId, HistogramUnit, SpanMetricsConfig};
+use crate::limiter::MemoryBudget;
 use crate::otlp::attributes::{AnyValueRef, RESOURCE_ATTRIBUTES, SPAN_ATTRIBUTES, find_attribute};
 use crate::payload::{BoxFuture, Consumer, MetricsBatch, MetricsSink, TraceBatch};
 
@@ -162,6 +163,62 @@ pub(crate) struct Aggregator {
     resources: HashMap<ResourceKey, ResourceEntry>,
     series_count: usize,
     metrics: SpanMetricsMetrics,
+    /// The estimated bytes of `resources`, held against the memory budget.
+    state: StateCharge,
+}
+
+/// The span-metrics state's share of the memory budget: series are cumulative and never
+/// removed (the cardinality limit bounds them), so the charge only grows, and is returned
+/// when the aggregator is dropped.
+#[derive(Default)]
+struct StateCharge {
+    budget: Option<Arc<MemoryBudget>>,
+    bytes: usize,
+}
+
+impl StateCharge {
+    fn add(&mut self, bytes: usize) {
+        if let Some(budget) = &self.budget {
+            budget.charge(bytes);
+            self.bytes += bytes;
+        }
+    }
+}
+
+impl Drop for StateCharge {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.release(self.bytes);
+        }
+    }
+}
+
+/// The estimated heap bytes of one series: its key (name and dimension values), its
+/// state (bucket counts, and room for the exemplars it keeps) and the hash map's slot.
+fn series_bytes(key: &SeriesKey, buckets: usize, exemplars: bool) -> usize {
+    let dimensions: usize = key
+        .dimensions
+        .iter()
+        .map(|value| {
+            std::mem::size_of::<Option<DimValue>>()
+                + match value {
+                    Some(DimValue::Str(text)) => text.len(),
+                    _ => 0,
+                }
+        })
+        .sum();
+    let exemplar_room = if exemplars {
+        MAX_EXEMPLARS * (std::mem::size_of::<Exemplar>() + 16 + 8)
+    } else {
+        0
+    };
+    std::mem::size_of::<SeriesKey>()
+        + std::mem::size_of::<Series>()
+        + key.span_name.len()
+        + dimensions
+        + buckets * std::mem::size_of::<u64>()
+        + exemplar_room
+        + 16
 }
 
 fn now_unix_nanos() -> u64 {
@@ -200,7 +257,20 @@ impl Aggregator {
             resources: HashMap::new(),
             series_count: 0,
             metrics,
+            state: StateCharge::default(),
         }
+    }
+
+    /// The same aggregator, charging the estimated size of its state to `budget`.
+    pub(crate) fn charged_to(mut self, budget: Arc<MemoryBudget>) -> Self {
+        self.state.budget = Some(budget);
+        self
+    }
+
+    /// The bytes of state charged to the budget so far.
+    #[cfg(test)]
+    pub(crate) fn charged_bytes(&self) -> usize {
+        self.state.bytes
     }
 
     fn limit(&self) -> usize {
@@ -232,6 +302,17 @@ impl Aggregator {
             };
             if !self.resources.contains_key(&key) {
                 let entry = self.new_resource(&key, &resource.resource, &service_name);
+                let attribute_bytes: usize = entry
+                    .attributes
+                    .iter()
+                    .map(|kv| std::mem::size_of::<KeyValue>() + kv.key.len() + 16)
+                    .sum();
+                self.state.add(
+                    std::mem::size_of::<ResourceKey>()
+                        + std::mem::size_of::<ResourceEntry>()
+                        + resource.resource.len()
+                        + attribute_bytes,
+                );
                 self.resources.insert(key.clone(), entry);
             }
             for scope in &resource.scope_spans {
@@ -281,6 +362,11 @@ impl Aggregator {
                     let series = if exists || (!at_limit && key != ResourceKey::Overflow) {
                         if !exists {
                             self.series_count += 1;
+                            self.state.add(series_bytes(
+                                &series_key,
+                                buckets,
+                                self.config.exemplars_enabled,
+                            ));
                         }
                         entry
                             .series
@@ -546,13 +632,17 @@ pub struct SpanMetricsFlusher {
 impl SpanMetricsFlusher {
     /// Starts connector `id`: the handle for the traces pipelines, and the flusher feeding
     /// `sink` (the inputs of the metrics pipelines that list the connector as a receiver).
+    /// The aggregation state is charged to `budget` as it grows.
     pub fn start(
         id: &ComponentId,
         config: &SpanMetricsConfig,
         metrics: SpanMetricsMetrics,
         sink: MetricsSink,
+        budget: Arc<MemoryBudget>,
     ) -> (SpanMetricsConnector, Self) {
-        let state = Arc::new(Mutex::new(Aggregator::new(config.clone(), metrics)));
+        let state = Arc::new(Mutex::new(
+            Aggregator::new(config.clone(), metrics).charged_to(budget),
+        ));
         let (alive, upstream_closed) = mpsc::channel(1);
         (
             SpanMetricsConnector {

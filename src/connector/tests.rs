@@ -326,3 +326,39 @@ fn empty_and_nameless() {
     aggregator.record(&request(vec![], vec![span("op", 2, false, 1, vec![])]));
     assert!(aggregator.snapshot(2).is_none());
 }
+
+/// Scenario: an aggregator charged to a budget records spans of two new series, then the
+/// same series again, then is dropped.
+/// Guarantees: the budget grows when series are created (by at least their bucket counts)
+/// and not when existing series are updated; dropping the aggregator returns every byte.
+#[test]
+fn state_is_charged_to_the_budget() {
+    let budget = crate::limiter::MemoryBudget::new(64 << 20, 48 << 20);
+    let mut aggregator =
+        Aggregator::new(config(), SpanMetricsMetrics::unregistered()).charged_to(budget.clone());
+    let shop = vec![kv("service.name", "shop")];
+    aggregator.record(&request(
+        shop.clone(),
+        vec![
+            span("GET /a", 2, false, 5, vec![]),
+            span("db", 3, false, 1, vec![]),
+        ],
+    ));
+    let after_two_series = budget.used();
+    let buckets = config().histogram_buckets.len() + 1;
+    assert!(
+        after_two_series >= 2 * buckets * 8,
+        "charged {after_two_series} bytes for two series of {buckets} buckets"
+    );
+    assert_eq!(aggregator.charged_bytes(), after_two_series);
+
+    aggregator.record(&request(shop, vec![span("GET /a", 2, false, 7, vec![])]));
+    assert_eq!(
+        budget.used(),
+        after_two_series,
+        "an update allocates nothing new"
+    );
+
+    drop(aggregator);
+    assert_eq!(budget.used(), 0);
+}

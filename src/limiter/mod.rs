@@ -22,6 +22,7 @@ mod reservation;
 
 pub use budget::{Charge, MemoryBudget};
 pub use cgroup::{TotalSource, total_memory};
+use reservation::RETRY_AFTER;
 pub use reservation::Reservation;
 
 use std::sync::Arc;
@@ -49,9 +50,6 @@ pub fn set_memory_release(release: fn()) {
 
 /// Use must fall below this share of the soft limit to leave the soft state.
 const RECOVERY_SHARE: f64 = 0.9;
-
-/// How long a refused client is told to wait.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Where the limiter stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,10 +2,13 @@
 //! the pipeline's own charge takes over.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::RETRY_AFTER;
 use super::budget::{Charge, MemoryBudget};
 use crate::error::PipelineError;
+
+/// How long a refused client is told to wait.
+pub(super) const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Bytes of the memory budget held for one request, taken by admission
 /// ([`MemoryLimiter::reserve`](super::MemoryLimiter::reserve)) before the request's body is
@@ -101,7 +104,6 @@ impl Drop for Reservation {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use prometheus::Registry;
 

@@ -338,6 +338,7 @@ impl Wiring for TraceBatch {
                     span_metrics,
                     builder.span_metrics_families.for_connector(id),
                     builder.connector_sink::<MetricsBatch>(id),
+                    builder.budget.clone(),
                 );
                 builder
                     .stages
