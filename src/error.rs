@@ -39,6 +39,20 @@ pub enum PipelineError {
         /// The limit in bytes, after decompression.
         limit: usize,
     },
+    /// Decoding the request would hold more memory than the memory limiter's soft limit
+    /// allows even with nothing else held: it can never be admitted, so retrying is
+    /// pointless.
+    #[error(
+        "the request needs about {needed} bytes of memory to decode, more than the memory \
+         limit allows ({limit} bytes below the spike margin); send smaller batches (or \
+         protobuf rather than JSON) or raise processors.memory_limiter.limit_mib"
+    )]
+    ExceedsMemoryLimit {
+        /// The bytes the request needs while it is decoded.
+        needed: usize,
+        /// The soft limit in bytes.
+        limit: usize,
+    },
     /// The `Content-Type` is not one OTLP/HTTP accepts.
     #[error("unsupported content type {0:?}; use application/x-protobuf or application/json")]
     UnsupportedMediaType(String),
@@ -69,7 +83,7 @@ impl PipelineError {
             Self::Overloaded { .. } => "overloaded",
             Self::ShuttingDown => "shutting_down",
             Self::Malformed(_) => "malformed",
-            Self::TooLarge { .. } => "too_large",
+            Self::TooLarge { .. } | Self::ExceedsMemoryLimit { .. } => "too_large",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::UnsupportedEncoding(_) => "unsupported_encoding",
             Self::NoPipeline(_) => "no_pipeline",
@@ -103,7 +117,9 @@ impl PipelineError {
             Self::Malformed(_) | Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
                 tonic::Status::invalid_argument(message)
             }
-            Self::TooLarge { .. } => tonic::Status::resource_exhausted(message),
+            Self::TooLarge { .. } | Self::ExceedsMemoryLimit { .. } => {
+                tonic::Status::resource_exhausted(message)
+            }
             Self::NoPipeline(_) => tonic::Status::unimplemented(message),
         }
     }
@@ -118,7 +134,9 @@ impl PipelineError {
             Self::Malformed(_) | Self::UnsupportedEncoding(_) => {
                 (StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument)
             }
-            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, tonic::Code::InvalidArgument),
+            Self::TooLarge { .. } | Self::ExceedsMemoryLimit { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, tonic::Code::InvalidArgument)
+            }
             Self::UnsupportedMediaType(_) => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 tonic::Code::InvalidArgument,

@@ -278,31 +278,55 @@ impl MemoryLimiter {
         LimiterState::from_raw(self.state.load(Ordering::Relaxed))
     }
 
-    /// Admission, before a request body is read: reserves `bytes` of the budget for the
-    /// request (what it may come to: its declared length, else the receiver's maximum).
-    /// See [`Reservation`] for when the bytes are released.
+    /// Admission, before a request body is read: reserves `bytes` of the budget, what the
+    /// request is known to need (a gRPC message's declared length, an HTTP body's
+    /// `Content-Length`). See [`Reservation`] for when the bytes are released.
     ///
     /// # Errors
     ///
-    /// [`PipelineError::Overloaded`] (retryable; nothing is reserved) when the limiter is
-    /// in the soft or hard state, or the reservation would take the budget past the soft
-    /// limit, or would take the estimated RSS (the budget plus what the RSS held beyond it
-    /// at the last check) past it.
+    /// [`PipelineError::ExceedsMemoryLimit`] (not retryable) when `bytes` alone is above
+    /// the soft limit: the request could never be admitted. [`PipelineError::Overloaded`]
+    /// (retryable; nothing is reserved) when the limiter is in the soft or hard state, or
+    /// the reservation would take the budget past the soft limit, or would take the
+    /// estimated RSS (the budget plus what the RSS held beyond it at the last check) past
+    /// it.
     pub fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError> {
+        self.reserve_between(bytes, bytes)
+    }
+
+    /// [`reserve`](Self::reserve) for a request whose need is only bounded: at least
+    /// `least` bytes (refused for good above the soft limit), at most `most` (a body of
+    /// undeclared length, a compressed message). It reserves `most`, or as much as could
+    /// ever be reserved when that is less: the request is then admitted once the budget is
+    /// empty enough, rather than refused retryably forever, and its reservation is resized
+    /// to what it really needs as it is read.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve`](Self::reserve), for `least`.
+    pub fn reserve_between(&self, least: usize, most: usize) -> Result<Reservation, PipelineError> {
         let refuse = |reason| PipelineError::Overloaded {
             reason,
             retry_after: RETRY_AFTER,
         };
+        let soft = self.budget.soft_limit();
+        if least > soft {
+            return Err(PipelineError::ExceedsMemoryLimit {
+                needed: least,
+                limit: soft,
+            });
+        }
         match self.state() {
             LimiterState::Hard => return Err(refuse("memory use above the hard limit")),
             LimiterState::Soft => return Err(refuse("memory use above the soft limit")),
             LimiterState::Normal => {}
         }
-        let soft = self.budget.soft_limit();
         // The RSS now is about what it was at the last check, moved by what the budget
         // gained since: refuse before the next check would find it past the soft limit.
         let overhead = usize::try_from(self.overhead.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        Reservation::try_take(&self.budget, bytes, soft.saturating_sub(overhead)).ok_or_else(|| {
+        let ceiling = soft.saturating_sub(overhead);
+        let bytes = most.min(ceiling).max(least);
+        Reservation::try_take(&self.budget, bytes, ceiling).ok_or_else(|| {
             if self.budget.used().saturating_add(bytes) > soft {
                 refuse("memory budget full")
             } else {

@@ -64,18 +64,25 @@ impl Reservation {
     }
 
     /// Moves the reservation to `bytes`: shrinking always succeeds; growing succeeds only
-    /// while the budget stays at or below its soft limit.
+    /// while the budget stays at or below its soft limit, and never past the soft limit
+    /// itself (a request that needs more could not be admitted even into an empty budget).
     ///
     /// # Errors
     ///
-    /// [`PipelineError::Overloaded`] (retryable) when growing would pass the soft limit;
-    /// the reservation is then unchanged.
+    /// [`PipelineError::Overloaded`] (retryable) when growing would pass the soft limit
+    /// with what else is held; [`PipelineError::ExceedsMemoryLimit`] (not retryable) when
+    /// `bytes` alone is above the soft limit. The reservation is then unchanged.
     pub fn resize(&mut self, bytes: usize) -> Result<(), PipelineError> {
         let Some(budget) = &self.budget else {
             return Ok(());
         };
         if bytes <= self.bytes {
             budget.release(self.bytes - bytes);
+        } else if bytes > budget.soft_limit() {
+            return Err(PipelineError::ExceedsMemoryLimit {
+                needed: bytes,
+                limit: budget.soft_limit(),
+            });
         } else if !budget.try_charge(bytes - self.bytes, budget.soft_limit()) {
             return Err(PipelineError::Overloaded {
                 reason: "memory budget full",
@@ -161,9 +168,11 @@ mod tests {
     }
 
     /// Scenario: a reservation of 300 bytes (budget soft limit 800) is shrunk to 100, grown
-    /// to 700, then asked to grow to 900.
-    /// Guarantees: each resize moves the budget by the difference; growth past the soft
-    /// limit is refused retryably and leaves the reservation as it was.
+    /// to 700, then asked to grow to 900, then to 790 while another holder has 50.
+    /// Guarantees: each resize moves the budget by the difference; growth to more than the
+    /// soft limit itself is refused for good (not retryable: it could never fit), growth
+    /// that does not fit beside what others hold is refused retryably; a refused resize
+    /// leaves the reservation as it was.
     #[test]
     fn resizes_down_and_up_within_the_soft_limit() {
         let limiter = limiter(1000, 800);
@@ -175,13 +184,53 @@ mod tests {
         reservation.resize(700).expect("fits");
         assert_eq!((reservation.bytes(), budget.used()), (700, 700));
         let refused = reservation.resize(900).expect_err("past the soft limit");
-        assert!(refused.is_retryable());
+        assert!(
+            matches!(
+                refused,
+                PipelineError::ExceedsMemoryLimit {
+                    needed: 900,
+                    limit: 800
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(!refused.is_retryable());
         assert_eq!((reservation.bytes(), budget.used()), (700, 700));
         // Another holder's bytes count against growth too.
         budget.charge(50);
-        assert!(reservation.resize(790).is_err());
+        let refused = reservation
+            .resize(790)
+            .expect_err("no room beside the other holder");
+        assert!(refused.is_retryable());
         reservation.resize(750).expect("exactly at the soft limit");
         assert_eq!(budget.used(), 800);
+    }
+
+    /// Scenario: a budget with a soft limit of 800. Admission of a body of undeclared
+    /// length (at least 10, at most 5000 bytes), with an empty budget and then with 100
+    /// bytes held elsewhere; then of a body declared at 900 bytes.
+    /// Guarantees: the bounded request is admitted into the empty budget with the whole
+    /// soft limit reserved (it may still turn out to fit) rather than refused forever, and
+    /// refused retryably when that room is not free; the declared 900 bytes are refused
+    /// for good (not retryable), since they could never fit.
+    #[test]
+    fn admission_above_the_soft_limit() {
+        let limiter = limiter(1000, 800);
+        let budget = limiter.budget().clone();
+        let reservation = limiter
+            .reserve_between(10, 5000)
+            .expect("admitted into an empty budget");
+        assert_eq!((reservation.bytes(), budget.used()), (800, 800));
+        drop(reservation);
+        budget.charge(100);
+        let refused = limiter
+            .reserve_between(10, 5000)
+            .expect_err("no room for the whole soft limit");
+        assert!(refused.is_retryable());
+        budget.release(100);
+        let refused = limiter.reserve(900).expect_err("could never fit");
+        assert!(!refused.is_retryable(), "{refused:?}");
+        assert_eq!(budget.used(), 0);
     }
 
     /// Scenario: reservations are dropped, one after being resized.

@@ -35,13 +35,15 @@ use crate::payload::{MetricsBatch, Payload, Sink, TraceBatch};
 
 /// What both transports need of a signal's intake.
 trait Intake: Clone + Send + Sync + 'static {
-    /// Admission before the body is read: reserves `bytes` of the memory budget. A refusal
-    /// is counted before it is returned.
+    /// Admission before the body is read: reserves at least `least` and at most `most`
+    /// bytes of the memory budget (see [`MemoryLimiter::reserve_between`]). A refusal is
+    /// counted before it is returned.
     ///
     /// # Errors
     ///
-    /// [`PipelineError::Overloaded`] when the memory limiter says no.
-    fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError>;
+    /// [`PipelineError::Overloaded`] when the memory limiter says no for now,
+    /// [`PipelineError::ExceedsMemoryLimit`] when `least` could never fit.
+    fn reserve(&self, least: usize, most: usize) -> Result<Reservation, PipelineError>;
 
     /// Validates and admits one encoded request, held under `reservation`, which becomes
     /// the batch's charge (or is released when the request does not enter a queue).
@@ -74,12 +76,13 @@ trait Intake: Clone + Send + Sync + 'static {
 fn reserve_with(
     limiter: Option<&MemoryLimiter>,
     metrics: &ReceiverMetrics,
-    bytes: usize,
+    least: usize,
+    most: usize,
 ) -> Result<Reservation, PipelineError> {
     let Some(limiter) = limiter else {
         return Ok(Reservation::unlimited());
     };
-    limiter.reserve(bytes).inspect_err(|error| {
+    limiter.reserve_between(least, most).inspect_err(|error| {
         metrics.record_refused(0, error);
     })
 }
@@ -186,8 +189,8 @@ impl<P: Payload> SignalIntake<P> {
 }
 
 impl<P: Payload> Intake for SignalIntake<P> {
-    fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError> {
-        reserve_with(self.limiter.as_deref(), &self.metrics, bytes)
+    fn reserve(&self, least: usize, most: usize) -> Result<Reservation, PipelineError> {
+        reserve_with(self.limiter.as_deref(), &self.metrics, least, most)
     }
 
     fn ingest(

@@ -165,15 +165,16 @@ where
             // Admission before the message is read or decoded: only its frame header.
             let (parts, body) = request.into_parts();
             let mut body = Peeked::new(body);
-            let charge = match body.frame_header().await {
+            let (least, most) = match body.frame_header().await {
                 // Over the maximum: tonic refuses it without reading it.
-                Some((_, len)) if len > max_message_size => 0,
-                Some((false, len)) => len,
-                Some((true, len)) => len + max_message_size,
+                Some((_, len)) if len > max_message_size => (0, 0),
+                Some((false, len)) => (len, len),
+                // Compressed: the message and what it inflates to, at most the maximum.
+                Some((true, len)) => (len, len + max_message_size),
                 // No complete header: tonic answers the protocol error.
-                None => 0,
+                None => (0, 0),
             };
-            let reservation = match intake.reserve(charge) {
+            let reservation = match intake.reserve(least, most) {
                 Ok(reservation) => reservation,
                 Err(error) => return Ok(error.grpc_status().into_http()),
             };
@@ -550,22 +551,33 @@ mod tests {
         assert_eq!(empty.frame_header().await, None);
     }
 
-    /// Scenario: a soft limit of 1000 bytes; a request whose frame header declares 2000
-    /// bytes and whose message never comes; then a valid request of a few spans.
+    /// Scenario: a soft limit of 1000 bytes, 500 of them held elsewhere; a request whose
+    /// frame header declares 800 bytes and whose message never comes; the same with 2000
+    /// declared once the other bytes are released; then a valid request of a few spans.
     /// Guarantees: the first is refused UNAVAILABLE (retryable) on its declared length
     /// alone, without waiting for the message, and counted as overloaded; the second is
-    /// admitted, reserved for its length while decoded, and its reservation released once
-    /// it ends (it feeds no pipeline here, so it is answered UNIMPLEMENTED).
+    /// refused RESOURCE_EXHAUSTED (not retryable: it could never fit), counted as
+    /// too_large; the third is admitted, reserved for its length while decoded, and its
+    /// reservation released once it ends (it feeds no pipeline here, so it is answered
+    /// UNIMPLEMENTED).
     #[tokio::test]
     async fn reserves_the_declared_message_length_before_reading() {
         let limiter = limiter(1000);
         let (mut service, registry) = service(&limiter, 8);
+        limiter.budget().charge(500);
         let response = service
-            .call(export(frame(2000, &[])))
+            .call(export(frame(800, &[])))
             .await
             .expect("infallible");
         assert_eq!(grpc_status(&response), Some(tonic::Code::Unavailable));
         assert_eq!(refused(&registry, "overloaded"), 1);
+        limiter.budget().release(500);
+        let response = service
+            .call(export(frame(2000, &[])))
+            .await
+            .expect("infallible");
+        assert_eq!(grpc_status(&response), Some(tonic::Code::ResourceExhausted));
+        assert_eq!(refused(&registry, "too_large"), 1);
 
         let request = ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {

@@ -217,7 +217,7 @@ impl HttpReceiver {
             return Err(error);
         }
         // Admission before the body is read: for what it may come to.
-        let reservation = match intake.reserve(declared.unwrap_or(limit)) {
+        let reservation = match intake.reserve(declared.unwrap_or(0), declared.unwrap_or(limit)) {
             Ok(reservation) => reservation,
             Err(error) => {
                 drop(permit);
@@ -692,20 +692,32 @@ mod tests {
         assert_eq!(limiter.budget().used(), 0);
     }
 
-    /// Scenario: a small gzip body that inflates to 2 MiB, with 1 MiB of budget room.
-    /// Guarantees: decompression stops when the reservation cannot grow, with a retryable
-    /// refusal, and everything reserved is released.
+    /// Scenario: a small gzip body that inflates to 2 MiB, with a soft limit of 1 MiB;
+    /// then one that inflates to 512 KiB while 700 KiB of the budget are held elsewhere.
+    /// Guarantees: decompression stops when the reservation cannot grow: for good (not
+    /// retryable) when the output alone passes the soft limit, retryably when it would fit
+    /// an emptier budget; everything reserved is released.
     #[tokio::test]
-    async fn inflating_past_the_budget_is_refused_retryably() {
+    async fn inflating_past_the_budget_is_refused() {
         let compressed = Bytes::from(gzip(&vec![7u8; 2 << 20]));
         let limiter = limiter(1 << 20);
         let reservation = limiter.reserve(compressed.len()).expect("room");
         let refused = inflate("gzip", compressed, 20 << 20, reservation)
             .await
-            .expect_err("no room for the output");
-        assert!(refused.is_retryable(), "{refused}");
+            .expect_err("the output can never fit");
+        assert!(!refused.is_retryable(), "{refused}");
         assert_eq!(limiter.budget().used(), 0);
         assert!(limiter.budget().peak() <= 1 << 20);
+
+        let compressed = Bytes::from(gzip(&vec![7u8; 512 << 10]));
+        limiter.budget().charge(700 << 10);
+        let reservation = limiter.reserve(compressed.len()).expect("room");
+        let refused = inflate("gzip", compressed, 20 << 20, reservation)
+            .await
+            .expect_err("no room beside what is held");
+        assert!(refused.is_retryable(), "{refused}");
+        limiter.budget().release(700 << 10);
+        assert_eq!(limiter.budget().used(), 0);
     }
 
     /// Scenario: bodies in every supported Content-Encoding, and a bomb over the limit.
