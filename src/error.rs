@@ -14,6 +14,12 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+/// The `Retry-After` (HTTP) and `RetryInfo` (gRPC) hint given with every retryable
+/// refusal: full pipelines, the memory limit, requests in flight, draining. One second
+/// is what the Collector's receivers suggest, and short enough that senders' own
+/// backoff dominates.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// Why a request was not accepted into the pipeline.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -98,7 +104,7 @@ impl PipelineError {
     fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::Overloaded { retry_after, .. } => Some(*retry_after),
-            Self::ShuttingDown => Some(Duration::from_secs(1)),
+            Self::ShuttingDown => Some(RETRY_AFTER),
             _ => None,
         }
     }

@@ -22,7 +22,6 @@ mod reservation;
 
 pub use budget::{Charge, MemoryBudget};
 pub use cgroup::{TotalSource, total_memory};
-use reservation::RETRY_AFTER;
 pub use reservation::Reservation;
 
 use std::sync::Arc;
@@ -35,7 +34,7 @@ use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::watch;
 
 use crate::config::{MemoryAmount, MemoryLimiterConfig};
-use crate::error::PipelineError;
+use crate::error::{PipelineError, RETRY_AFTER};
 
 /// The process's way to hand freed memory back to the OS; see [`set_memory_release`].
 static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();

@@ -2,13 +2,9 @@
 //! the pipeline's own charge takes over.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::budget::{Charge, MemoryBudget};
-use crate::error::PipelineError;
-
-/// How long a refused client is told to wait.
-pub(super) const RETRY_AFTER: Duration = Duration::from_secs(1);
+use crate::error::{PipelineError, RETRY_AFTER};
 
 /// Bytes of the memory budget held for one request, taken by admission
 /// ([`MemoryLimiter::reserve`](super::MemoryLimiter::reserve)) before the request's body is
@@ -111,6 +107,7 @@ impl Drop for Reservation {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
 
     use prometheus::Registry;
 

@@ -22,7 +22,7 @@ use crate::limiter::MemoryBudget;
 pub const ADMISSION_WAIT: Duration = Duration::from_millis(500);
 
 /// The `Retry-After` hint given with a refusal for a full pipeline.
-pub const RETRY_AFTER_FULL: Duration = Duration::from_secs(1);
+pub const RETRY_AFTER_FULL: Duration = crate::error::RETRY_AFTER;
 
 /// How long a connector waits before asking a full directly fed stage again (queues are
 /// awaited instead: they wake the waiter when a slot frees).

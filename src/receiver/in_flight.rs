@@ -3,15 +3,11 @@
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::time::Duration;
 
 use prometheus::IntGauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::error::PipelineError;
-
-/// How long a client refused for too many requests in flight is told to wait.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
+use crate::error::{PipelineError, RETRY_AFTER};
 
 /// Requests in flight on one receiver's server (gRPC or HTTP), over all its connections.
 ///

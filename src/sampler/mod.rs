@@ -323,7 +323,7 @@ impl TailSampler {
         self.wake.notify_one();
         Err(PipelineError::Overloaded {
             reason,
-            retry_after: Duration::from_secs(1),
+            retry_after: crate::error::RETRY_AFTER,
         })
     }
 
