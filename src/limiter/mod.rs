@@ -395,7 +395,9 @@ impl MemoryLimiter {
 mod tests {
     use super::*;
 
-    fn limiter(hard: u64, soft: u64) -> Arc<MemoryLimiter> {
+    /// A limiter with the given limits in bytes, on a fresh registry; shared with the
+    /// other test modules under `limiter`.
+    pub(super) fn limiter(hard: u64, soft: u64) -> Arc<MemoryLimiter> {
         MemoryLimiter::with_limits(
             Limits { hard, soft },
             Duration::from_secs(1),

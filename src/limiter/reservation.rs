@@ -101,21 +101,8 @@ impl Drop for Reservation {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use prometheus::Registry;
-
     use super::*;
-    use crate::limiter::{Limits, MemoryLimiter};
-
-    fn limiter(hard: u64, soft: u64) -> Arc<MemoryLimiter> {
-        MemoryLimiter::with_limits(
-            Limits { hard, soft },
-            Duration::from_secs(1),
-            &Registry::new(),
-        )
-        .expect("fresh registry")
-    }
+    use crate::limiter::tests::limiter;
 
     /// Scenario: 16 threads, released together by a barrier, each take reservations of 70
     /// bytes until refused (soft limit 800), hold them until all are done, then drop them;
