@@ -244,6 +244,41 @@ impl<'v, 'p> Obj<'v, 'p> {
     }
 }
 
+/// A protobuf oneof being read from an object: each member is read if present, and a
+/// second member present is an error (`conflict`, at that member).
+struct OneOf<'o, 'v, 'p, U> {
+    obj: &'o Obj<'v, 'p>,
+    conflict: &'static str,
+    value: Option<U>,
+}
+
+impl<'o, 'v, 'p, U> OneOf<'o, 'v, 'p, U> {
+    fn new(obj: &'o Obj<'v, 'p>, conflict: &'static str) -> Self {
+        Self {
+            obj,
+            conflict,
+            value: None,
+        }
+    }
+
+    /// Reads the member under `camel` (or `snake`) with `read`, wrapped as the oneof's
+    /// variant by `wrap`.
+    fn member<T>(
+        &mut self,
+        (camel, snake): (&'static str, &str),
+        read: impl FnOnce(&'v Value, &P<'_>) -> R<T>,
+        wrap: impl FnOnce(T) -> U,
+    ) -> R<()> {
+        if let Some(v) = self.obj.opt(camel, snake, read)? {
+            if self.value.is_some() {
+                return Err(self.obj.path.field(camel).err(self.conflict));
+            }
+            self.value = Some(wrap(v));
+        }
+        Ok(())
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Scalars.
 
@@ -519,57 +554,21 @@ fn key_value(v: &Value, path: &P<'_>) -> R<KeyValue> {
 fn any_value(v: &Value, path: &P<'_>) -> R<AnyValue> {
     use any_value::Value as V;
     let o = obj(v, path)?;
-    let mut value = None;
-    let mut set = |field: &'static str, v: Option<V>| -> R<()> {
-        if let Some(v) = v {
-            if value.is_some() {
-                return Err(path
-                    .field(field)
-                    .err("more than one value set in an AnyValue"));
-            }
-            value = Some(v);
-        }
-        Ok(())
-    };
-    set(
-        "stringValue",
-        o.opt("stringValue", "string_value", string)?
-            .map(V::StringValue),
+    let mut one = OneOf::new(&o, "more than one value set in an AnyValue");
+    one.member(("stringValue", "string_value"), string, V::StringValue)?;
+    one.member(("boolValue", "bool_value"), boolean, V::BoolValue)?;
+    one.member(("intValue", "int_value"), i64_, V::IntValue)?;
+    one.member(("doubleValue", "double_value"), double, V::DoubleValue)?;
+    one.member(("arrayValue", "array_value"), array_value, V::ArrayValue)?;
+    one.member(
+        ("kvlistValue", "kvlist_value"),
+        kvlist_value,
+        V::KvlistValue,
     )?;
-    set(
-        "boolValue",
-        o.opt("boolValue", "bool_value", boolean)?.map(V::BoolValue),
-    )?;
-    set(
-        "intValue",
-        o.opt("intValue", "int_value", i64_)?.map(V::IntValue),
-    )?;
-    set(
-        "doubleValue",
-        o.opt("doubleValue", "double_value", double)?
-            .map(V::DoubleValue),
-    )?;
-    set(
-        "arrayValue",
-        o.opt("arrayValue", "array_value", array_value)?
-            .map(V::ArrayValue),
-    )?;
-    set(
-        "kvlistValue",
-        o.opt("kvlistValue", "kvlist_value", kvlist_value)?
-            .map(V::KvlistValue),
-    )?;
-    set(
-        "bytesValue",
-        o.opt("bytesValue", "bytes_value", base64)?
-            .map(V::BytesValue),
-    )?;
-    set(
-        "stringValueStrindex",
-        o.opt("stringValueStrindex", "string_value_strindex", i32_)?
-            .map(V::StringValueStrindex),
-    )?;
-    Ok(AnyValue { value })
+    one.member(("bytesValue", "bytes_value"), base64, V::BytesValue)?;
+    let strindex = ("stringValueStrindex", "string_value_strindex");
+    one.member(strindex, i32_, V::StringValueStrindex)?;
+    Ok(AnyValue { value: one.value })
 }
 
 fn array_value(v: &Value, path: &P<'_>) -> R<ArrayValue> {
@@ -635,44 +634,23 @@ fn scope_metrics(v: &Value, path: &P<'_>) -> R<ScopeMetrics> {
 fn metric(v: &Value, path: &P<'_>) -> R<Metric> {
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
     let o = obj(v, path)?;
-    let mut data = None;
-    let mut set = |field: &'static str, d: Option<Data>| -> R<()> {
-        if let Some(d) = d {
-            if data.is_some() {
-                return Err(path
-                    .field(field)
-                    .err("more than one data field set in a Metric"));
-            }
-            data = Some(d);
-        }
-        Ok(())
-    };
-    set("gauge", o.opt("gauge", "gauge", gauge)?.map(Data::Gauge))?;
-    set("sum", o.opt("sum", "sum", sum)?.map(Data::Sum))?;
-    set(
-        "histogram",
-        o.opt("histogram", "histogram", histogram)?
-            .map(Data::Histogram),
+    let mut one = OneOf::new(&o, "more than one data field set in a Metric");
+    one.member(("gauge", "gauge"), gauge, Data::Gauge)?;
+    one.member(("sum", "sum"), sum, Data::Sum)?;
+    one.member(("histogram", "histogram"), histogram, Data::Histogram)?;
+    let exponential = ("exponentialHistogram", "exponential_histogram");
+    one.member(
+        exponential,
+        exponential_histogram,
+        Data::ExponentialHistogram,
     )?;
-    set(
-        "exponentialHistogram",
-        o.opt(
-            "exponentialHistogram",
-            "exponential_histogram",
-            exponential_histogram,
-        )?
-        .map(Data::ExponentialHistogram),
-    )?;
-    set(
-        "summary",
-        o.opt("summary", "summary", summary)?.map(Data::Summary),
-    )?;
+    one.member(("summary", "summary"), summary, Data::Summary)?;
     Ok(Metric {
         name: o.with("name", "name", string)?,
         description: o.with("description", "description", string)?,
         unit: o.with("unit", "unit", string)?,
         metadata: o.list("metadata", "metadata", key_value)?,
-        data,
+        data: one.value,
     })
 }
 
