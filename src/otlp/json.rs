@@ -714,23 +714,16 @@ fn summary(v: &Value, path: &P<'_>) -> R<Summary> {
 fn number_point(v: &Value, path: &P<'_>) -> R<NumberDataPoint> {
     use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as N;
     let o = obj(v, path)?;
-    let as_double = o.opt("asDouble", "as_double", double)?;
-    let as_int = o.opt("asInt", "as_int", i64_)?;
-    let value = match (as_double, as_int) {
-        (Some(_), Some(_)) => {
-            return Err(path.field("asInt").err("both asDouble and asInt are set"));
-        }
-        (Some(d), None) => Some(N::AsDouble(d)),
-        (None, Some(i)) => Some(N::AsInt(i)),
-        (None, None) => None,
-    };
+    let mut one = OneOf::new(&o, "both asDouble and asInt are set");
+    one.member(("asDouble", "as_double"), double, N::AsDouble)?;
+    one.member(("asInt", "as_int"), i64_, N::AsInt)?;
     Ok(NumberDataPoint {
         attributes: o.list("attributes", "attributes", key_value)?,
         start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
         time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
         exemplars: o.list("exemplars", "exemplars", exemplar)?,
         flags: o.with("flags", "flags", u32_)?,
-        value,
+        value: one.value,
     })
 }
 
@@ -801,22 +794,15 @@ fn summary_point(v: &Value, path: &P<'_>) -> R<SummaryDataPoint> {
 fn exemplar(v: &Value, path: &P<'_>) -> R<Exemplar> {
     use opentelemetry_proto::tonic::metrics::v1::exemplar::Value as N;
     let o = obj(v, path)?;
-    let as_double = o.opt("asDouble", "as_double", double)?;
-    let as_int = o.opt("asInt", "as_int", i64_)?;
-    let value = match (as_double, as_int) {
-        (Some(_), Some(_)) => {
-            return Err(path.field("asInt").err("both asDouble and asInt are set"));
-        }
-        (Some(d), None) => Some(N::AsDouble(d)),
-        (None, Some(i)) => Some(N::AsInt(i)),
-        (None, None) => None,
-    };
+    let mut one = OneOf::new(&o, "both asDouble and asInt are set");
+    one.member(("asDouble", "as_double"), double, N::AsDouble)?;
+    one.member(("asInt", "as_int"), i64_, N::AsInt)?;
     Ok(Exemplar {
         filtered_attributes: o.list("filteredAttributes", "filtered_attributes", key_value)?,
         time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
         span_id: o.with("spanId", "span_id", |v, p| hex_id(v, p, 8))?,
         trace_id: o.with("traceId", "trace_id", |v, p| hex_id(v, p, 16))?,
-        value,
+        value: one.value,
     })
 }
 
