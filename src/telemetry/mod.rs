@@ -13,7 +13,7 @@ mod server;
 
 pub use health::{Health, HealthState};
 pub use logging::init_logging;
-pub use process::{ProcessCollector, read_rss_bytes as rss_bytes};
+pub use process::{ProcessCollector, proc_kib_field, read_rss_bytes as rss_bytes};
 pub use server::{serve_health, serve_metrics};
 
 use prometheus::Registry;
