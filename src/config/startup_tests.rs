@@ -542,15 +542,7 @@ service:
 
 /// The id of a processor or extension (no aliases).
 fn id(written: &str) -> ComponentId {
-    let (kind, name) = match written.split_once('/') {
-        Some((kind, name)) => (kind, Some(name.to_owned())),
-        None => (written, None),
-    };
-    ComponentId {
-        written: written.to_owned(),
-        kind: kind.to_owned(),
-        name,
-    }
+    ComponentId::literal(written)
 }
 
 // === exporters: headers and URLs ===
