@@ -542,6 +542,22 @@ fn message_field(
     r.delimited(key, path)
 }
 
+/// Reads the message field `key`, at `seg` under `path`, checks it as a `msg` and returns
+/// its body.
+fn checked_message(
+    r: &mut Reader<'_>,
+    key: Key,
+    ctx: u32,
+    path: &Path<'_>,
+    seg: Seg,
+    msg: Msg,
+) -> Result<Range, WireError> {
+    let path = path.child(seg);
+    let body = message_field(r, key, ctx, &path)?;
+    walk_msg(msg, &mut r.sub(&body), ctx - 1, &path)?;
+    Ok(body)
+}
+
 /// Skips an unknown field as prost's `skip_field` does, groups included.
 fn skip(r: &mut Reader<'_>, key: Key, ctx: u32, path: &Path<'_>) -> Result<(), WireError> {
     let path = path.child(Seg::Unknown(key.tag));
@@ -628,9 +644,8 @@ fn walk_resource_spans(
         let key = r.key(path)?;
         match key.tag {
             1 => {
-                let path = path.child(Seg::Field("resource"));
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::Resource, &mut r.sub(&body), ctx - 1, &path)?;
+                let seg = Seg::Field("resource");
+                let body = checked_message(r, key, ctx, path, seg, Msg::Resource)?;
                 if collect {
                     resource.push(body);
                 }
@@ -671,9 +686,7 @@ fn walk_scope_spans(
         let key = r.key(path)?;
         match key.tag {
             1 => {
-                let path = path.child(Seg::Field("scope"));
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::Scope, &mut r.sub(&body), ctx - 1, &path)?;
+                let body = checked_message(r, key, ctx, path, Seg::Field("scope"), Msg::Scope)?;
                 if collect {
                     scope.push(body);
                 }
@@ -733,22 +746,19 @@ fn walk_span(r: &mut Reader<'_>, ctx: u32, path: &Path<'_>) -> Result<RawSpan, W
                 span.end = fixed64_field(r, key, &path)?;
             }
             9 => {
-                let path = path.child(Seg::Index("attributes", attributes));
+                let seg = Seg::Index("attributes", attributes);
                 attributes += 1;
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::KeyValue, &mut r.sub(&body), ctx - 1, &path)?;
+                checked_message(r, key, ctx, path, seg, Msg::KeyValue)?;
             }
             11 => {
-                let path = path.child(Seg::Index("events", events));
+                let seg = Seg::Index("events", events);
                 events += 1;
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::Event, &mut r.sub(&body), ctx - 1, &path)?;
+                checked_message(r, key, ctx, path, seg, Msg::Event)?;
             }
             13 => {
-                let path = path.child(Seg::Index("links", links));
+                let seg = Seg::Index("links", links);
                 links += 1;
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::Link, &mut r.sub(&body), ctx - 1, &path)?;
+                checked_message(r, key, ctx, path, seg, Msg::Link)?;
             }
             10 | 12 | 14 => {
                 let name = match key.tag {
