@@ -127,31 +127,34 @@ impl ReceiverMetricFamilies {
 
     /// Handles bound to one receiver and transport, for traces.
     pub fn for_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
-        self.init_refusals(id, transport, "traces");
-        let labels = [id.written.as_str(), transport.label()];
-        ReceiverMetrics {
-            accepted: self.accepted.with_label_values(&labels),
-            refused: self.refused.with_label_values(&labels),
-            refused_requests: self.refused_requests.clone(),
-            in_flight: self.in_flight.with_label_values(&labels),
-            receiver: id.written.clone(),
-            transport,
-            signal: "traces",
-        }
+        self.bind(id, transport, "traces", (&self.accepted, &self.refused))
     }
 
     /// Handles bound to one receiver and transport, for metrics (counting data points).
     pub fn for_metrics_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
-        self.init_refusals(id, transport, "metrics");
+        let items = (&self.accepted_points, &self.refused_points);
+        self.bind(id, transport, "metrics", items)
+    }
+
+    /// Handles bound to one receiver and transport for `signal`, counting items in the
+    /// `(accepted, refused)` families.
+    fn bind(
+        &self,
+        id: &ComponentId,
+        transport: Transport,
+        signal: &'static str,
+        (accepted, refused): (&IntCounterVec, &IntCounterVec),
+    ) -> ReceiverMetrics {
+        self.init_refusals(id, transport, signal);
         let labels = [id.written.as_str(), transport.label()];
         ReceiverMetrics {
-            accepted: self.accepted_points.with_label_values(&labels),
-            refused: self.refused_points.with_label_values(&labels),
+            accepted: accepted.with_label_values(&labels),
+            refused: refused.with_label_values(&labels),
             refused_requests: self.refused_requests.clone(),
             in_flight: self.in_flight.with_label_values(&labels),
             receiver: id.written.clone(),
             transport,
-            signal: "metrics",
+            signal,
         }
     }
 }
