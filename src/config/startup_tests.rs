@@ -376,14 +376,17 @@ fn a_known_key_never_read_is_refused() {
         &mut Problems::default(),
     )
     .unwrap();
+    let open = |problems: &mut Problems| {
+        Fields::open(
+            problems,
+            "section",
+            Some(&tree),
+            &["used", "forgotten"],
+            &[],
+        )
+    };
     let mut problems = Problems::default();
-    let fields = Fields::open(
-        &mut problems,
-        "section",
-        Some(&tree),
-        &["used", "forgotten"],
-        &[],
-    );
+    let fields = open(&mut problems);
     assert_eq!(fields.uint(&mut problems, "used"), Some(1));
     let error = problems.finish(()).unwrap_err();
     assert_eq!(
@@ -395,13 +398,7 @@ fn a_known_key_never_read_is_refused() {
     );
 
     let mut problems = Problems::default();
-    let fields = Fields::open(
-        &mut problems,
-        "section",
-        Some(&tree),
-        &["used", "forgotten"],
-        &[],
-    );
+    let fields = open(&mut problems);
     fields.uint(&mut problems, "used");
     problems.add("elsewhere", "wrong");
     let error = problems.finish(()).unwrap_err();
