@@ -50,9 +50,6 @@ pub fn set_memory_release(release: fn()) {
 /// Use must fall below this share of the soft limit to leave the soft state.
 const RECOVERY_SHARE: f64 = 0.9;
 
-/// How long a refused client is told to wait.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
-
 /// Where the limiter stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LimiterState {
@@ -291,10 +288,7 @@ impl MemoryLimiter {
     /// limit, or would take the estimated RSS (the budget plus what the RSS held beyond it
     /// at the last check) past it.
     pub fn reserve(&self, bytes: usize) -> Result<Reservation, PipelineError> {
-        let refuse = |reason| PipelineError::Overloaded {
-            reason,
-            retry_after: RETRY_AFTER,
-        };
+        let refuse = reservation::overloaded;
         match self.state() {
             LimiterState::Hard => return Err(refuse("memory use above the hard limit")),
             LimiterState::Soft => return Err(refuse("memory use above the soft limit")),

@@ -2,10 +2,21 @@
 //! the pipeline's own charge takes over.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::RETRY_AFTER;
 use super::budget::{Charge, MemoryBudget};
 use crate::error::PipelineError;
+
+/// How long a client refused for memory is told to wait.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The retryable refusal of admission for memory, for `reason`.
+pub(super) fn overloaded(reason: &'static str) -> PipelineError {
+    PipelineError::Overloaded {
+        reason,
+        retry_after: RETRY_AFTER,
+    }
+}
 
 /// Bytes of the memory budget held for one request, taken by admission
 /// ([`MemoryLimiter::reserve`](super::MemoryLimiter::reserve)) before the request's body is
@@ -74,10 +85,7 @@ impl Reservation {
         if bytes <= self.bytes {
             budget.release(self.bytes - bytes);
         } else if !budget.try_charge(bytes - self.bytes, budget.soft_limit()) {
-            return Err(PipelineError::Overloaded {
-                reason: "memory budget full",
-                retry_after: RETRY_AFTER,
-            });
+            return Err(overloaded("memory budget full"));
         }
         self.bytes = bytes;
         Ok(())
