@@ -34,6 +34,8 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Sta
 use prost::Message;
 use serde_json::{Map, Value};
 
+use super::wire::{self, Path, Seg};
+
 /// An OTLP/JSON request that could not be transcoded: where, and what was wrong, e.g.
 /// `resourceSpans[0].scopeSpans[0].spans[3].traceId: invalid hex`. Meant for the client
 /// (HTTP 400).
@@ -114,59 +116,23 @@ pub fn status_json(code: i32, message: &str) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------
 // Paths, rendered only on error.
 
-#[derive(Clone, Copy)]
-enum Seg {
-    Root,
-    Field(&'static str),
-    Index(&'static str, usize),
-}
-
-struct P<'a> {
-    parent: Option<&'a P<'a>>,
-    seg: Seg,
-}
+/// A location in the JSON document: a wire-reader path, so both name fields alike.
+struct P<'a>(Path<'a>);
 
 impl<'a> P<'a> {
-    const ROOT: P<'static> = P {
-        parent: None,
-        seg: Seg::Root,
-    };
+    const ROOT: P<'static> = P(wire::ROOT);
 
     fn field(&'a self, name: &'static str) -> P<'a> {
-        P {
-            parent: Some(self),
-            seg: Seg::Field(name),
-        }
+        P(self.0.child(Seg::Field(name)))
     }
 
     fn index(&'a self, name: &'static str, i: usize) -> P<'a> {
-        P {
-            parent: Some(self),
-            seg: Seg::Index(name, i),
-        }
+        P(self.0.child(Seg::Index(name, i)))
     }
 
     fn err(&self, message: impl Into<String>) -> JsonError {
-        let mut segs = Vec::new();
-        let mut p = Some(self);
-        while let Some(node) = p {
-            segs.push(node.seg);
-            p = node.parent;
-        }
-        let mut path = String::new();
-        for seg in segs.iter().rev() {
-            let part = match seg {
-                Seg::Root => continue,
-                Seg::Field(name) => (*name).to_string(),
-                Seg::Index(name, i) => format!("{name}[{i}]"),
-            };
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(&part);
-        }
         JsonError {
-            path,
+            path: self.0.render(),
             message: message.into(),
         }
     }

@@ -319,8 +319,10 @@ fn join(buf: &Bytes, ranges: &[Range]) -> Bytes {
 // ---------------------------------------------------------------------------------------
 // Field paths, rendered only when an error is reported.
 
+/// One step of a field path. Shared with the JSON transcoder, whose errors name fields the
+/// same way.
 #[derive(Clone, Copy)]
-enum Seg {
+pub(super) enum Seg {
     Root,
     Field(&'static str),
     Index(&'static str, usize),
@@ -328,25 +330,26 @@ enum Seg {
 }
 
 #[derive(Clone, Copy)]
-struct Path<'a> {
+pub(super) struct Path<'a> {
     parent: Option<&'a Path<'a>>,
     seg: Seg,
 }
 
-const ROOT: Path<'static> = Path {
+pub(super) const ROOT: Path<'static> = Path {
     parent: None,
     seg: Seg::Root,
 };
 
 impl<'a> Path<'a> {
-    fn child(&'a self, seg: Seg) -> Path<'a> {
+    pub(super) fn child(&'a self, seg: Seg) -> Path<'a> {
         Path {
             parent: Some(self),
             seg,
         }
     }
 
-    fn render(&self) -> String {
+    /// The path as `resource_spans[0].scope_spans[1].spans[2].name`.
+    pub(super) fn render(&self) -> String {
         let mut segs = Vec::new();
         let mut p = Some(self);
         while let Some(node) = p {
