@@ -1,9 +1,10 @@
 //! The batch processor's self-metrics, with the Collector's names.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Registry};
 
 use crate::config::ComponentId;
 use crate::payload::Payload;
+use crate::telemetry::{counter_vec, registered};
 
 /// Why a batch was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,40 +39,44 @@ impl BatchMetricFamilies {
     ///
     /// When they are already registered there.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let send_size = HistogramVec::new(
-            HistogramOpts::new(
-                "otelcol_processor_batch_batch_send_size",
-                "Number of items (spans or data points) in each batch that was sent.",
-            )
-            .buckets(SIZE_BUCKETS.to_vec()),
-            &["processor"],
+        let send_size = registered(
+            registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "otelcol_processor_batch_batch_send_size",
+                    "Number of items (spans or data points) in each batch that was sent.",
+                )
+                .buckets(SIZE_BUCKETS.to_vec()),
+                &["processor"],
+            )?,
         )?;
-        let send_size_bytes = HistogramVec::new(
-            HistogramOpts::new(
-                "otelcol_processor_batch_batch_send_size_bytes",
-                "Encoded size in bytes of each batch that was sent.",
-            )
-            .buckets(prometheus::exponential_buckets(1024.0, 4.0, 10)?),
-            &["processor"],
+        let send_size_bytes = registered(
+            registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "otelcol_processor_batch_batch_send_size_bytes",
+                    "Encoded size in bytes of each batch that was sent.",
+                )
+                .buckets(prometheus::exponential_buckets(1024.0, 4.0, 10)?),
+                &["processor"],
+            )?,
         )?;
-        let size_trigger = IntCounterVec::new(
-            Opts::new(
+        let size_trigger = counter_vec(
+            registry,
+            (
                 "otelcol_processor_batch_batch_size_trigger_send_total",
                 "Number of times a batch was sent because it reached its size.",
             ),
             &["processor"],
         )?;
-        let timeout_trigger = IntCounterVec::new(
-            Opts::new(
+        let timeout_trigger = counter_vec(
+            registry,
+            (
                 "otelcol_processor_batch_timeout_trigger_send_total",
                 "Number of times a batch was sent because its timeout passed.",
             ),
             &["processor"],
         )?;
-        registry.register(Box::new(send_size.clone()))?;
-        registry.register(Box::new(send_size_bytes.clone()))?;
-        registry.register(Box::new(size_trigger.clone()))?;
-        registry.register(Box::new(timeout_trigger.clone()))?;
         Ok(Self {
             send_size,
             send_size_bytes,

@@ -158,27 +158,38 @@ impl<'v> Fields<'v> {
         parsed
     }
 
-    /// A signed integer.
-    pub(crate) fn int(&self, problems: &mut Problems, key: &str) -> Option<i64> {
+    /// The value of `key` read by `parse`; when that gives `None`, a problem at the key
+    /// saying it expected `expected`.
+    fn scalar<T>(
+        &self,
+        problems: &mut Problems,
+        key: &str,
+        expected: &str,
+        parse: impl FnOnce(&Value) -> Option<T>,
+    ) -> Option<T> {
         let value = self.value(key)?;
-        let parsed = match value {
-            Value::Int(i) => Some(*i),
-            Value::Env(text) => text.trim().parse::<i64>().ok(),
-            _ => None,
-        };
+        let parsed = parse(value);
         if parsed.is_none() {
             problems.add(
                 self.key_path(key),
-                format!("expected an integer, found {}", value.describe()),
+                format!("expected {expected}, found {}", value.describe()),
             );
         }
         parsed
     }
 
+    /// A signed integer.
+    pub(crate) fn int(&self, problems: &mut Problems, key: &str) -> Option<i64> {
+        self.scalar(problems, key, "an integer", |value| match value {
+            Value::Int(i) => Some(*i),
+            Value::Env(text) => text.trim().parse::<i64>().ok(),
+            _ => None,
+        })
+    }
+
     /// A boolean.
     pub(crate) fn boolean(&self, problems: &mut Problems, key: &str) -> Option<bool> {
-        let value = self.value(key)?;
-        let parsed = match value {
+        self.scalar(problems, key, "true or false", |value| match value {
             Value::Bool(b) => Some(*b),
             Value::Env(text) => match text.trim() {
                 "true" | "True" | "TRUE" => Some(true),
@@ -186,33 +197,18 @@ impl<'v> Fields<'v> {
                 _ => None,
             },
             _ => None,
-        };
-        if parsed.is_none() {
-            problems.add(
-                self.key_path(key),
-                format!("expected true or false, found {}", value.describe()),
-            );
-        }
-        parsed
+        })
     }
 
     /// A number (integers are accepted).
     pub(crate) fn float(&self, problems: &mut Problems, key: &str) -> Option<f64> {
-        let value = self.value(key)?;
-        let parsed = match value {
+        self.scalar(problems, key, "a number", |value| match value {
             Value::Float(x) => Some(*x),
             // Config numbers are small; the conversion is exact for them.
             Value::Int(i) => Some(*i as f64),
             Value::Env(text) => text.trim().parse::<f64>().ok().filter(|x| x.is_finite()),
             _ => None,
-        };
-        if parsed.is_none() {
-            problems.add(
-                self.key_path(key),
-                format!("expected a number, found {}", value.describe()),
-            );
-        }
-        parsed
+        })
     }
 
     /// A duration in Go's syntax (`200ms`, `5s`, `1m30s`). A bare `0` is zero; any other bare

@@ -242,26 +242,24 @@ fn check_connector_use(
         }
     });
     if !matched {
-        let message = if as_exporter {
-            let wanted = match connector {
-                ConnectorConfig::SpanMetrics(_) => "metrics",
-                ConnectorConfig::Forward => here,
-            };
-            format!(
-                "connector {id} is used as an exporter here but no {wanted} pipeline lists it \
-                 under receivers"
-            )
+        // A span metrics connector takes traces and gives metrics; a forward one keeps the
+        // signal.
+        let (role, other_side, span_metrics_wants) = if as_exporter {
+            ("an exporter", "receivers", "metrics")
         } else {
-            let wanted = match connector {
-                ConnectorConfig::SpanMetrics(_) => "traces",
-                ConnectorConfig::Forward => here,
-            };
-            format!(
-                "connector {id} is used as a receiver here but no {wanted} pipeline lists it \
-                 under exporters"
-            )
+            ("a receiver", "exporters", "traces")
         };
-        problems.add(path, message);
+        let wanted = match connector {
+            ConnectorConfig::SpanMetrics(_) => span_metrics_wants,
+            ConnectorConfig::Forward => here,
+        };
+        problems.add(
+            path,
+            format!(
+                "connector {id} is used as {role} here but no {wanted} pipeline lists it under \
+                 {other_side}"
+            ),
+        );
     }
 }
 

@@ -228,28 +228,11 @@ fn valid_label_name(name: &str) -> bool {
 mod tests {
     use std::time::Duration;
 
+    use crate::config::tests::{MINIMAL, no_env};
     use crate::config::{ExporterConfig, RemoteWriteConfig, load_str_with_env, render};
 
-    const BASE: &str = "
-receivers:
-  otlp:
-    protocols:
-      grpc:
-exporters:
-  debug:
-service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      exporters: [debug]
-";
-
-    fn no_env(_: &str) -> Option<String> {
-        None
-    }
-
     fn load(overlay: &str) -> Result<crate::config::Config, String> {
-        load_str_with_env(&[BASE, overlay], &no_env).map_err(|e| e.to_string())
+        load_str_with_env(&[MINIMAL, overlay], &no_env).map_err(|e| e.to_string())
     }
 
     fn remote_write(config: &crate::config::Config, id: &str) -> RemoteWriteConfig {

@@ -376,14 +376,17 @@ fn a_known_key_never_read_is_refused() {
         &mut Problems::default(),
     )
     .unwrap();
+    let open = |problems: &mut Problems| {
+        Fields::open(
+            problems,
+            "section",
+            Some(&tree),
+            &["used", "forgotten"],
+            &[],
+        )
+    };
     let mut problems = Problems::default();
-    let fields = Fields::open(
-        &mut problems,
-        "section",
-        Some(&tree),
-        &["used", "forgotten"],
-        &[],
-    );
+    let fields = open(&mut problems);
     assert_eq!(fields.uint(&mut problems, "used"), Some(1));
     let error = problems.finish(()).unwrap_err();
     assert_eq!(
@@ -395,13 +398,7 @@ fn a_known_key_never_read_is_refused() {
     );
 
     let mut problems = Problems::default();
-    let fields = Fields::open(
-        &mut problems,
-        "section",
-        Some(&tree),
-        &["used", "forgotten"],
-        &[],
-    );
+    let fields = open(&mut problems);
     fields.uint(&mut problems, "used");
     problems.add("elsewhere", "wrong");
     let error = problems.finish(()).unwrap_err();
@@ -542,15 +539,7 @@ service:
 
 /// The id of a processor or extension (no aliases).
 fn id(written: &str) -> ComponentId {
-    let (kind, name) = match written.split_once('/') {
-        Some((kind, name)) => (kind, Some(name.to_owned())),
-        None => (written, None),
-    };
-    ComponentId {
-        written: written.to_owned(),
-        kind: kind.to_owned(),
-        name,
-    }
+    ComponentId::literal(written)
 }
 
 // === exporters: headers and URLs ===

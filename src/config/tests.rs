@@ -56,7 +56,7 @@ service:
 ";
 
 /// The smallest valid config; tests add the section they exercise.
-const MINIMAL: &str = "
+pub(super) const MINIMAL: &str = "
 receivers:
   otlp:
     protocols:
@@ -73,7 +73,8 @@ service:
 /// The directory of the test TLS files: a CA, and a certificate with its key.
 const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/exporter/testdata");
 
-fn no_env(_: &str) -> Option<String> {
+/// An environment with no variable set.
+pub(super) fn no_env(_: &str) -> Option<String> {
     None
 }
 
@@ -115,15 +116,7 @@ fn problems_with(overlay: &str) -> Vec<String> {
 
 /// The id of a receiver, processor or extension (no aliases).
 fn id(written: &str) -> ComponentId {
-    let (kind, name) = match written.split_once('/') {
-        Some((kind, name)) => (kind, Some(name.to_owned())),
-        None => (written, None),
-    };
-    ComponentId {
-        written: written.to_owned(),
-        kind: kind.to_owned(),
-        name,
-    }
+    ComponentId::literal(written)
 }
 
 /// The id of an exporter, with its canonical type.

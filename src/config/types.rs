@@ -26,6 +26,23 @@ pub struct ComponentId {
     pub name: Option<String>,
 }
 
+#[cfg(test)]
+impl ComponentId {
+    /// The id `written` taken literally, for tests: the type is the part before `/` (no
+    /// alias resolved), the name the part after.
+    pub(crate) fn literal(written: &str) -> Self {
+        let (kind, name) = match written.split_once('/') {
+            Some((kind, name)) => (kind, Some(name.to_owned())),
+            None => (written, None),
+        };
+        Self {
+            written: written.to_owned(),
+            kind: kind.to_owned(),
+            name,
+        }
+    }
+}
+
 impl fmt::Display for ComponentId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.written)

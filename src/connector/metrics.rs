@@ -1,8 +1,9 @@
 //! The span metrics connector's self-metrics.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::config::ComponentId;
+use crate::telemetry::{counter_vec, gauge_vec};
 
 /// The families, registered once per registry.
 #[derive(Clone, Debug)]
@@ -18,23 +19,23 @@ impl SpanMetricsMetricFamilies {
     ///
     /// When they are already registered there.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let overflow = IntCounterVec::new(
-            Opts::new(
+        let overflow = counter_vec(
+            registry,
+            (
                 "tailgate_spanmetrics_overflow_total",
                 "Number of spans counted in the overflow series (otel.metric.overflow=true) \
                  because aggregation_cardinality_limit series were already held.",
             ),
             &["connector"],
         )?;
-        let series = IntGaugeVec::new(
-            Opts::new(
+        let series = gauge_vec(
+            registry,
+            (
                 "tailgate_spanmetrics_series",
                 "Number of series the span metrics connector holds, at its last flush.",
             ),
             &["connector"],
         )?;
-        registry.register(Box::new(overflow.clone()))?;
-        registry.register(Box::new(series.clone()))?;
         Ok(Self { overflow, series })
     }
 

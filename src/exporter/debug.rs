@@ -49,6 +49,23 @@ impl DebugExporter {
         }
     }
 
+    /// The decoded request when the verbosity asks for a line per item, decoded only then;
+    /// `None` at `basic`, and when the bytes do not decode (logged).
+    fn per_item<T>(&self, decode: impl FnOnce() -> Result<T, prost::DecodeError>) -> Option<T> {
+        if self.verbosity == Verbosity::Basic {
+            return None;
+        }
+        decode()
+            .inspect_err(|error| {
+                tracing::warn!(
+                    event = "exporter.debug.undecodable",
+                    exporter = self.exporter.as_str(),
+                    error = %error,
+                );
+            })
+            .ok()
+    }
+
     /// One summary line per batch; at `normal` and `detailed`, one line per metric.
     fn export_metrics(&self, request: &Bytes, data_points: usize) {
         use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -71,15 +88,8 @@ impl DebugExporter {
             data_points,
             bytes = request.len(),
         );
-        if self.verbosity == Verbosity::Basic {
+        let Some(request) = self.per_item(|| decoded) else {
             return;
-        }
-        let request = match decoded {
-            Ok(request) => request,
-            Err(error) => {
-                tracing::warn!(event = "exporter.debug.undecodable", exporter, error = %error);
-                return;
-            }
         };
         for rm in &request.resource_metrics {
             for sm in &rm.scope_metrics {
@@ -122,15 +132,9 @@ impl DebugExporter {
             resource_spans,
             bytes = request.len(),
         );
-        if self.verbosity == Verbosity::Basic {
+        let Some(request) = self.per_item(|| ExportTraceServiceRequest::decode(request.clone()))
+        else {
             return;
-        }
-        let request = match ExportTraceServiceRequest::decode(request.clone()) {
-            Ok(request) => request,
-            Err(error) => {
-                tracing::warn!(event = "exporter.debug.undecodable", exporter, error = %error);
-                return;
-            }
         };
         for rs in &request.resource_spans {
             for ss in &rs.scope_spans {

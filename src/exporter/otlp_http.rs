@@ -8,15 +8,13 @@ use bytes::Bytes;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Uri};
 use http_body_util::Full;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use prost::Message;
 
 use super::core::error::ExporterError;
 use super::core::http::{
-    MAX_RESPONSE_BODY, error_chain, header_map, parse_url, read_limited, retry_after_header,
+    HttpsClient, MAX_RESPONSE_BODY, header_map, parse_url, read_limited, send,
 };
 use super::core::outcome::{Accepted, AttemptError};
 use super::core::status;
@@ -27,7 +25,7 @@ use crate::config::{Compression, OtlpExporterConfig};
 
 /// POSTs encoded requests to the signal's URL over a pooled hyper client.
 pub(crate) struct HttpTransport {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpsClient,
     uri: Uri,
     headers: HeaderMap,
     compression: Compression,
@@ -67,13 +65,8 @@ impl HttpTransport {
     }
 
     async fn attempt(&self, req: Request<Full<Bytes>>) -> Result<Accepted, AttemptError> {
-        let response = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| AttemptError::transport(error_chain(&e)))?;
+        let (response, retry_after) = send(&self.client, req).await?;
         let status = response.status();
-        let retry_after = retry_after_header(response.headers());
         let is_protobuf = response
             .headers()
             .get(CONTENT_TYPE)

@@ -49,15 +49,7 @@ fn nz(n: usize) -> NonZeroUsize {
 }
 
 fn id(written: &str) -> ComponentId {
-    let (kind, name) = match written.split_once('/') {
-        Some((k, n)) => (k.to_owned(), Some(n.to_owned())),
-        None => (written.to_owned(), None),
-    };
-    ComponentId {
-        written: written.to_owned(),
-        kind,
-        name,
-    }
+    ComponentId::literal(written)
 }
 
 /// A request with `spans` spans whose ids and names are derived from `tag`.
@@ -185,6 +177,13 @@ fn far_deadline() -> Instant {
     Instant::now() + Duration::from_secs(20)
 }
 
+/// Starts OTLP gRPC exporter `otlp` on `config` with the queue disabled, so that `export`
+/// returns the outcome of the delivery.
+fn start_unqueued_grpc(mut config: OtlpExporterConfig, metrics: ExporterMetrics) -> TracesExporter {
+    config.sending_queue.enabled = false;
+    TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), metrics).unwrap()
+}
+
 // === gRPC sink ===
 
 #[derive(Default)]
@@ -197,6 +196,14 @@ struct GrpcSinkState {
 }
 
 impl GrpcSinkState {
+    /// A sink that answers `script` to its first calls, then OK.
+    fn scripted(script: impl IntoIterator<Item = Status>) -> Arc<Self> {
+        Arc::new(Self {
+            script: Mutex::new(script.into_iter().collect()),
+            ..Self::default()
+        })
+    }
+
     fn received(&self) -> Vec<ExportTraceServiceRequest> {
         self.received
             .lock()
@@ -345,8 +352,7 @@ async fn handle_http(
 /// are counted by error type; all spans are counted as sent and none as failed.
 #[tokio::test]
 async fn grpc_retries_until_every_batch_arrives_once() {
-    let sink = Arc::new(GrpcSinkState::default());
-    sink.script.lock().unwrap().extend([
+    let sink = GrpcSinkState::scripted([
         Status::unavailable("warming up"),
         Status::unavailable("warming up"),
         Status::with_error_details(
@@ -446,17 +452,10 @@ async fn http_retry_after_is_honoured() {
 /// counted as failed with reason `permanent`, and no retry is counted.
 #[tokio::test]
 async fn grpc_permanent_error_is_not_retried() {
-    let sink = Arc::new(GrpcSinkState::default());
-    sink.script
-        .lock()
-        .unwrap()
-        .push_back(Status::invalid_argument("bad span"));
+    let sink = GrpcSinkState::scripted([Status::invalid_argument("bad span")]);
     let addr = spawn_grpc_sink(sink.clone()).await;
     let (registry, m) = metrics("otlp");
-    let mut config = otlp_config(addr.to_string());
-    config.sending_queue.enabled = false;
-    let exporter =
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m).unwrap();
+    let exporter = start_unqueued_grpc(otlp_config(addr.to_string()), m);
 
     let err = exporter.export(batch(&request(1, 4))).await.unwrap_err();
     assert!(matches!(
@@ -509,12 +508,10 @@ async fn grpc_compression_reaches_sink_decodable() {
         let (registry, m) = metrics("otlp");
         let mut config = otlp_config(addr.to_string());
         config.compression = compression;
-        config.sending_queue.enabled = false;
         config
             .headers
             .insert("X-Scope-OrgID".to_owned(), "tenant-1".to_owned());
-        let exporter =
-            TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m).unwrap();
+        let exporter = start_unqueued_grpc(config, m);
         let req = request(3, 20);
         exporter.export(batch(&req)).await.unwrap();
 
@@ -576,10 +573,7 @@ async fn grpc_partial_success_is_counted() {
     });
     let addr = spawn_grpc_sink(sink.clone()).await;
     let (registry, m) = metrics("otlp");
-    let mut config = otlp_config(addr.to_string());
-    config.sending_queue.enabled = false;
-    let exporter =
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m).unwrap();
+    let exporter = start_unqueued_grpc(otlp_config(addr.to_string()), m);
     exporter.export(batch(&request(1, 5))).await.unwrap();
     exporter.export(batch(&request(2, 5))).await.unwrap();
 
@@ -593,18 +587,12 @@ async fn grpc_partial_success_is_counted() {
 /// Guarantees: one attempt, and the spans fail with reason `retries_exhausted`.
 #[tokio::test]
 async fn retries_disabled_fails_after_one_attempt() {
-    let sink = Arc::new(GrpcSinkState::default());
-    sink.script
-        .lock()
-        .unwrap()
-        .push_back(Status::unavailable("down"));
+    let sink = GrpcSinkState::scripted([Status::unavailable("down")]);
     let addr = spawn_grpc_sink(sink.clone()).await;
     let (registry, m) = metrics("otlp");
     let mut config = otlp_config(addr.to_string());
-    config.sending_queue.enabled = false;
     config.retry_on_failure.enabled = false;
-    let exporter =
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m).unwrap();
+    let exporter = start_unqueued_grpc(config, m);
     let err = exporter.export(batch(&request(1, 2))).await.unwrap_err();
     assert!(matches!(
         err,

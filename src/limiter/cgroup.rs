@@ -52,9 +52,7 @@ fn machine_total() -> Option<u64> {
 }
 
 fn parse_meminfo_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    crate::telemetry::proc_kib_field(meminfo, "MemTotal:")
 }
 
 #[cfg(test)]

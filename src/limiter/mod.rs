@@ -34,7 +34,7 @@ use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
 use tokio::sync::watch;
 
 use crate::config::{MemoryAmount, MemoryLimiterConfig};
-use crate::error::{PipelineError, RETRY_AFTER};
+use crate::error::PipelineError;
 
 /// The process's way to hand freed memory back to the OS; see [`set_memory_release`].
 static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
@@ -304,10 +304,7 @@ impl MemoryLimiter {
     ///
     /// As [`reserve`](Self::reserve), for `least`.
     pub fn reserve_between(&self, least: usize, most: usize) -> Result<Reservation, PipelineError> {
-        let refuse = |reason| PipelineError::Overloaded {
-            reason,
-            retry_after: RETRY_AFTER,
-        };
+        let refuse = reservation::overloaded;
         let soft = self.budget.soft_limit();
         if least > soft {
             return Err(PipelineError::ExceedsMemoryLimit {
@@ -416,7 +413,9 @@ impl MemoryLimiter {
 mod tests {
     use super::*;
 
-    fn limiter(hard: u64, soft: u64) -> Arc<MemoryLimiter> {
+    /// A limiter with the given limits in bytes, on a fresh registry; shared with the
+    /// other test modules under `limiter`.
+    pub(super) fn limiter(hard: u64, soft: u64) -> Arc<MemoryLimiter> {
         MemoryLimiter::with_limits(
             Limits { hard, soft },
             Duration::from_secs(1),

@@ -6,6 +6,14 @@ use std::sync::Arc;
 use super::budget::{Charge, MemoryBudget};
 use crate::error::{PipelineError, RETRY_AFTER};
 
+/// The retryable refusal of admission for memory, for `reason`.
+pub(super) fn overloaded(reason: &'static str) -> PipelineError {
+    PipelineError::Overloaded {
+        reason,
+        retry_after: RETRY_AFTER,
+    }
+}
+
 /// Bytes of the memory budget held for one request, taken by admission
 /// ([`MemoryLimiter::reserve`](super::MemoryLimiter::reserve)) before the request's body is
 /// read.
@@ -80,10 +88,7 @@ impl Reservation {
                 limit: budget.soft_limit(),
             });
         } else if !budget.try_charge(bytes - self.bytes, budget.soft_limit()) {
-            return Err(PipelineError::Overloaded {
-                reason: "memory budget full",
-                retry_after: RETRY_AFTER,
-            });
+            return Err(overloaded("memory budget full"));
         }
         self.bytes = bytes;
         Ok(())
@@ -107,21 +112,8 @@ impl Drop for Reservation {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use prometheus::Registry;
-
     use super::*;
-    use crate::limiter::{Limits, MemoryLimiter};
-
-    fn limiter(hard: u64, soft: u64) -> Arc<MemoryLimiter> {
-        MemoryLimiter::with_limits(
-            Limits { hard, soft },
-            Duration::from_secs(1),
-            &Registry::new(),
-        )
-        .expect("fresh registry")
-    }
+    use crate::limiter::tests::limiter;
 
     /// Scenario: 16 threads, released together by a barrier, each take reservations of 70
     /// bytes until refused (soft limit 800), hold them until all are done, then drop them;

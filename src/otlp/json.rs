@@ -34,6 +34,8 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Sta
 use prost::Message;
 use serde_json::{Map, Value};
 
+use super::wire::{self, Path, Seg};
+
 /// An OTLP/JSON request that could not be transcoded: where, and what was wrong, e.g.
 /// `resourceSpans[0].scopeSpans[0].spans[3].traceId: invalid hex`. Meant for the client
 /// (HTTP 400).
@@ -114,59 +116,23 @@ pub fn status_json(code: i32, message: &str) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------
 // Paths, rendered only on error.
 
-#[derive(Clone, Copy)]
-enum Seg {
-    Root,
-    Field(&'static str),
-    Index(&'static str, usize),
-}
-
-struct P<'a> {
-    parent: Option<&'a P<'a>>,
-    seg: Seg,
-}
+/// A location in the JSON document: a wire-reader path, so both name fields alike.
+struct P<'a>(Path<'a>);
 
 impl<'a> P<'a> {
-    const ROOT: P<'static> = P {
-        parent: None,
-        seg: Seg::Root,
-    };
+    const ROOT: P<'static> = P(wire::ROOT);
 
     fn field(&'a self, name: &'static str) -> P<'a> {
-        P {
-            parent: Some(self),
-            seg: Seg::Field(name),
-        }
+        P(self.0.child(Seg::Field(name)))
     }
 
     fn index(&'a self, name: &'static str, i: usize) -> P<'a> {
-        P {
-            parent: Some(self),
-            seg: Seg::Index(name, i),
-        }
+        P(self.0.child(Seg::Index(name, i)))
     }
 
     fn err(&self, message: impl Into<String>) -> JsonError {
-        let mut segs = Vec::new();
-        let mut p = Some(self);
-        while let Some(node) = p {
-            segs.push(node.seg);
-            p = node.parent;
-        }
-        let mut path = String::new();
-        for seg in segs.iter().rev() {
-            let part = match seg {
-                Seg::Root => continue,
-                Seg::Field(name) => (*name).to_string(),
-                Seg::Index(name, i) => format!("{name}[{i}]"),
-            };
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(&part);
-        }
         JsonError {
-            path,
+            path: self.0.render(),
             message: message.into(),
         }
     }
@@ -241,6 +207,41 @@ impl<'v, 'p> Obj<'v, 'p> {
             .enumerate()
             .map(|(i, item)| read(item, &self.path.index(camel, i)))
             .collect()
+    }
+}
+
+/// A protobuf oneof being read from an object: each member is read if present, and a
+/// second member present is an error (`conflict`, at that member).
+struct OneOf<'o, 'v, 'p, U> {
+    obj: &'o Obj<'v, 'p>,
+    conflict: &'static str,
+    value: Option<U>,
+}
+
+impl<'o, 'v, 'p, U> OneOf<'o, 'v, 'p, U> {
+    fn new(obj: &'o Obj<'v, 'p>, conflict: &'static str) -> Self {
+        Self {
+            obj,
+            conflict,
+            value: None,
+        }
+    }
+
+    /// Reads the member under `camel` (or `snake`) with `read`, wrapped as the oneof's
+    /// variant by `wrap`.
+    fn member<T>(
+        &mut self,
+        (camel, snake): (&'static str, &str),
+        read: impl FnOnce(&'v Value, &P<'_>) -> R<T>,
+        wrap: impl FnOnce(T) -> U,
+    ) -> R<()> {
+        if let Some(v) = self.obj.opt(camel, snake, read)? {
+            if self.value.is_some() {
+                return Err(self.obj.path.field(camel).err(self.conflict));
+            }
+            self.value = Some(wrap(v));
+        }
+        Ok(())
     }
 }
 
@@ -519,57 +520,21 @@ fn key_value(v: &Value, path: &P<'_>) -> R<KeyValue> {
 fn any_value(v: &Value, path: &P<'_>) -> R<AnyValue> {
     use any_value::Value as V;
     let o = obj(v, path)?;
-    let mut value = None;
-    let mut set = |field: &'static str, v: Option<V>| -> R<()> {
-        if let Some(v) = v {
-            if value.is_some() {
-                return Err(path
-                    .field(field)
-                    .err("more than one value set in an AnyValue"));
-            }
-            value = Some(v);
-        }
-        Ok(())
-    };
-    set(
-        "stringValue",
-        o.opt("stringValue", "string_value", string)?
-            .map(V::StringValue),
+    let mut one = OneOf::new(&o, "more than one value set in an AnyValue");
+    one.member(("stringValue", "string_value"), string, V::StringValue)?;
+    one.member(("boolValue", "bool_value"), boolean, V::BoolValue)?;
+    one.member(("intValue", "int_value"), i64_, V::IntValue)?;
+    one.member(("doubleValue", "double_value"), double, V::DoubleValue)?;
+    one.member(("arrayValue", "array_value"), array_value, V::ArrayValue)?;
+    one.member(
+        ("kvlistValue", "kvlist_value"),
+        kvlist_value,
+        V::KvlistValue,
     )?;
-    set(
-        "boolValue",
-        o.opt("boolValue", "bool_value", boolean)?.map(V::BoolValue),
-    )?;
-    set(
-        "intValue",
-        o.opt("intValue", "int_value", i64_)?.map(V::IntValue),
-    )?;
-    set(
-        "doubleValue",
-        o.opt("doubleValue", "double_value", double)?
-            .map(V::DoubleValue),
-    )?;
-    set(
-        "arrayValue",
-        o.opt("arrayValue", "array_value", array_value)?
-            .map(V::ArrayValue),
-    )?;
-    set(
-        "kvlistValue",
-        o.opt("kvlistValue", "kvlist_value", kvlist_value)?
-            .map(V::KvlistValue),
-    )?;
-    set(
-        "bytesValue",
-        o.opt("bytesValue", "bytes_value", base64)?
-            .map(V::BytesValue),
-    )?;
-    set(
-        "stringValueStrindex",
-        o.opt("stringValueStrindex", "string_value_strindex", i32_)?
-            .map(V::StringValueStrindex),
-    )?;
-    Ok(AnyValue { value })
+    one.member(("bytesValue", "bytes_value"), base64, V::BytesValue)?;
+    let strindex = ("stringValueStrindex", "string_value_strindex");
+    one.member(strindex, i32_, V::StringValueStrindex)?;
+    Ok(AnyValue { value: one.value })
 }
 
 fn array_value(v: &Value, path: &P<'_>) -> R<ArrayValue> {
@@ -635,44 +600,23 @@ fn scope_metrics(v: &Value, path: &P<'_>) -> R<ScopeMetrics> {
 fn metric(v: &Value, path: &P<'_>) -> R<Metric> {
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
     let o = obj(v, path)?;
-    let mut data = None;
-    let mut set = |field: &'static str, d: Option<Data>| -> R<()> {
-        if let Some(d) = d {
-            if data.is_some() {
-                return Err(path
-                    .field(field)
-                    .err("more than one data field set in a Metric"));
-            }
-            data = Some(d);
-        }
-        Ok(())
-    };
-    set("gauge", o.opt("gauge", "gauge", gauge)?.map(Data::Gauge))?;
-    set("sum", o.opt("sum", "sum", sum)?.map(Data::Sum))?;
-    set(
-        "histogram",
-        o.opt("histogram", "histogram", histogram)?
-            .map(Data::Histogram),
+    let mut one = OneOf::new(&o, "more than one data field set in a Metric");
+    one.member(("gauge", "gauge"), gauge, Data::Gauge)?;
+    one.member(("sum", "sum"), sum, Data::Sum)?;
+    one.member(("histogram", "histogram"), histogram, Data::Histogram)?;
+    let exponential = ("exponentialHistogram", "exponential_histogram");
+    one.member(
+        exponential,
+        exponential_histogram,
+        Data::ExponentialHistogram,
     )?;
-    set(
-        "exponentialHistogram",
-        o.opt(
-            "exponentialHistogram",
-            "exponential_histogram",
-            exponential_histogram,
-        )?
-        .map(Data::ExponentialHistogram),
-    )?;
-    set(
-        "summary",
-        o.opt("summary", "summary", summary)?.map(Data::Summary),
-    )?;
+    one.member(("summary", "summary"), summary, Data::Summary)?;
     Ok(Metric {
         name: o.with("name", "name", string)?,
         description: o.with("description", "description", string)?,
         unit: o.with("unit", "unit", string)?,
         metadata: o.list("metadata", "metadata", key_value)?,
-        data,
+        data: one.value,
     })
 }
 
@@ -736,23 +680,16 @@ fn summary(v: &Value, path: &P<'_>) -> R<Summary> {
 fn number_point(v: &Value, path: &P<'_>) -> R<NumberDataPoint> {
     use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as N;
     let o = obj(v, path)?;
-    let as_double = o.opt("asDouble", "as_double", double)?;
-    let as_int = o.opt("asInt", "as_int", i64_)?;
-    let value = match (as_double, as_int) {
-        (Some(_), Some(_)) => {
-            return Err(path.field("asInt").err("both asDouble and asInt are set"));
-        }
-        (Some(d), None) => Some(N::AsDouble(d)),
-        (None, Some(i)) => Some(N::AsInt(i)),
-        (None, None) => None,
-    };
+    let mut one = OneOf::new(&o, "both asDouble and asInt are set");
+    one.member(("asDouble", "as_double"), double, N::AsDouble)?;
+    one.member(("asInt", "as_int"), i64_, N::AsInt)?;
     Ok(NumberDataPoint {
         attributes: o.list("attributes", "attributes", key_value)?,
         start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
         time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
         exemplars: o.list("exemplars", "exemplars", exemplar)?,
         flags: o.with("flags", "flags", u32_)?,
-        value,
+        value: one.value,
     })
 }
 
@@ -823,22 +760,15 @@ fn summary_point(v: &Value, path: &P<'_>) -> R<SummaryDataPoint> {
 fn exemplar(v: &Value, path: &P<'_>) -> R<Exemplar> {
     use opentelemetry_proto::tonic::metrics::v1::exemplar::Value as N;
     let o = obj(v, path)?;
-    let as_double = o.opt("asDouble", "as_double", double)?;
-    let as_int = o.opt("asInt", "as_int", i64_)?;
-    let value = match (as_double, as_int) {
-        (Some(_), Some(_)) => {
-            return Err(path.field("asInt").err("both asDouble and asInt are set"));
-        }
-        (Some(d), None) => Some(N::AsDouble(d)),
-        (None, Some(i)) => Some(N::AsInt(i)),
-        (None, None) => None,
-    };
+    let mut one = OneOf::new(&o, "both asDouble and asInt are set");
+    one.member(("asDouble", "as_double"), double, N::AsDouble)?;
+    one.member(("asInt", "as_int"), i64_, N::AsInt)?;
     Ok(Exemplar {
         filtered_attributes: o.list("filteredAttributes", "filtered_attributes", key_value)?,
         time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
         span_id: o.with("spanId", "span_id", |v, p| hex_id(v, p, 8))?,
         trace_id: o.with("traceId", "trace_id", |v, p| hex_id(v, p, 16))?,
-        value,
+        value: one.value,
     })
 }
 

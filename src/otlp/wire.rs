@@ -319,8 +319,10 @@ fn join(buf: &Bytes, ranges: &[Range]) -> Bytes {
 // ---------------------------------------------------------------------------------------
 // Field paths, rendered only when an error is reported.
 
+/// One step of a field path. Shared with the JSON transcoder, whose errors name fields the
+/// same way.
 #[derive(Clone, Copy)]
-enum Seg {
+pub(super) enum Seg {
     Root,
     Field(&'static str),
     Index(&'static str, usize),
@@ -328,25 +330,26 @@ enum Seg {
 }
 
 #[derive(Clone, Copy)]
-struct Path<'a> {
+pub(super) struct Path<'a> {
     parent: Option<&'a Path<'a>>,
     seg: Seg,
 }
 
-const ROOT: Path<'static> = Path {
+pub(super) const ROOT: Path<'static> = Path {
     parent: None,
     seg: Seg::Root,
 };
 
 impl<'a> Path<'a> {
-    fn child(&'a self, seg: Seg) -> Path<'a> {
+    pub(super) fn child(&'a self, seg: Seg) -> Path<'a> {
         Path {
             parent: Some(self),
             seg,
         }
     }
 
-    fn render(&self) -> String {
+    /// The path as `resource_spans[0].scope_spans[1].spans[2].name`.
+    pub(super) fn render(&self) -> String {
         let mut segs = Vec::new();
         let mut p = Some(self);
         while let Some(node) = p {
@@ -542,6 +545,22 @@ fn message_field(
     r.delimited(key, path)
 }
 
+/// Reads the message field `key`, at `seg` under `path`, checks it as a `msg` and returns
+/// its body.
+fn checked_message(
+    r: &mut Reader<'_>,
+    key: Key,
+    ctx: u32,
+    path: &Path<'_>,
+    seg: Seg,
+    msg: Msg,
+) -> Result<Range, WireError> {
+    let path = path.child(seg);
+    let body = message_field(r, key, ctx, &path)?;
+    walk_msg(msg, &mut r.sub(&body), ctx - 1, &path)?;
+    Ok(body)
+}
+
 /// Skips an unknown field as prost's `skip_field` does, groups included.
 fn skip(r: &mut Reader<'_>, key: Key, ctx: u32, path: &Path<'_>) -> Result<(), WireError> {
     let path = path.child(Seg::Unknown(key.tag));
@@ -628,9 +647,8 @@ fn walk_resource_spans(
         let key = r.key(path)?;
         match key.tag {
             1 => {
-                let path = path.child(Seg::Field("resource"));
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::Resource, &mut r.sub(&body), ctx - 1, &path)?;
+                let seg = Seg::Field("resource");
+                let body = checked_message(r, key, ctx, path, seg, Msg::Resource)?;
                 if collect {
                     resource.push(body);
                 }
@@ -671,9 +689,7 @@ fn walk_scope_spans(
         let key = r.key(path)?;
         match key.tag {
             1 => {
-                let path = path.child(Seg::Field("scope"));
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::Scope, &mut r.sub(&body), ctx - 1, &path)?;
+                let body = checked_message(r, key, ctx, path, Seg::Field("scope"), Msg::Scope)?;
                 if collect {
                     scope.push(body);
                 }
@@ -733,22 +749,19 @@ fn walk_span(r: &mut Reader<'_>, ctx: u32, path: &Path<'_>) -> Result<RawSpan, W
                 span.end = fixed64_field(r, key, &path)?;
             }
             9 => {
-                let path = path.child(Seg::Index("attributes", attributes));
+                let seg = Seg::Index("attributes", attributes);
                 attributes += 1;
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::KeyValue, &mut r.sub(&body), ctx - 1, &path)?;
+                checked_message(r, key, ctx, path, seg, Msg::KeyValue)?;
             }
             11 => {
-                let path = path.child(Seg::Index("events", events));
+                let seg = Seg::Index("events", events);
                 events += 1;
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::Event, &mut r.sub(&body), ctx - 1, &path)?;
+                checked_message(r, key, ctx, path, seg, Msg::Event)?;
             }
             13 => {
-                let path = path.child(Seg::Index("links", links));
+                let seg = Seg::Index("links", links);
                 links += 1;
-                let body = message_field(r, key, ctx, &path)?;
-                walk_msg(Msg::Link, &mut r.sub(&body), ctx - 1, &path)?;
+                checked_message(r, key, ctx, path, seg, Msg::Link)?;
             }
             10 | 12 | 14 => {
                 let name = match key.tag {

@@ -174,6 +174,32 @@ pub trait Payload: Clone + Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
+/// The [`Payload`] methods both batch types implement alike: construction from request
+/// bytes, the bytes, the item count kept in field `$items`, and the shared charge.
+macro_rules! batch_accessors {
+    ($items:ident) => {
+        fn from_request(request: Bytes, items: usize) -> Self {
+            Self::new(request, items)
+        }
+
+        fn request(&self) -> &Bytes {
+            &self.request
+        }
+
+        fn item_count(&self) -> usize {
+            self.$items
+        }
+
+        fn charge(&self) -> Option<&Arc<Charge>> {
+            self.charge.as_ref()
+        }
+
+        fn set_charge(&mut self, charge: Option<Arc<Charge>>) {
+            self.charge = charge;
+        }
+    };
+}
+
 impl Payload for TraceBatch {
     const SIGNAL: Signal = Signal::Traces;
 
@@ -220,25 +246,7 @@ impl Payload for TraceBatch {
             .unwrap_or(0)
     }
 
-    fn from_request(request: Bytes, items: usize) -> Self {
-        Self::new(request, items)
-    }
-
-    fn request(&self) -> &Bytes {
-        &self.request
-    }
-
-    fn item_count(&self) -> usize {
-        self.span_count
-    }
-
-    fn charge(&self) -> Option<&Arc<Charge>> {
-        self.charge.as_ref()
-    }
-
-    fn set_charge(&mut self, charge: Option<Arc<Charge>>) {
-        self.charge = charge;
-    }
+    batch_accessors!(span_count);
 
     /// Cut by span with the wire framer. The pieces share the original buffer, and so its
     /// charge.
@@ -284,25 +292,7 @@ impl Payload for MetricsBatch {
         0
     }
 
-    fn from_request(request: Bytes, items: usize) -> Self {
-        Self::new(request, items)
-    }
-
-    fn request(&self) -> &Bytes {
-        &self.request
-    }
-
-    fn item_count(&self) -> usize {
-        self.data_points
-    }
-
-    fn charge(&self) -> Option<&Arc<Charge>> {
-        self.charge.as_ref()
-    }
-
-    fn set_charge(&mut self, charge: Option<Arc<Charge>>) {
-        self.charge = charge;
-    }
+    batch_accessors!(data_points);
 
     /// Metrics batches are cut at request granularity only: the batcher never joins
     /// requests past the limits, and one request is never cut.

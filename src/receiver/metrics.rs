@@ -1,9 +1,10 @@
 //! The receiver's self-metrics, with the Collector's names.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::config::ComponentId;
 use crate::error::PipelineError;
+use crate::telemetry::{counter_vec, gauge_vec};
 
 /// The transport a request came over: the `transport` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,36 +48,41 @@ impl ReceiverMetricFamilies {
     ///
     /// When they are already registered there.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let accepted = IntCounterVec::new(
-            Opts::new(
+        let accepted = counter_vec(
+            registry,
+            (
                 "otelcol_receiver_accepted_spans_total",
                 "Number of spans successfully pushed into the pipeline.",
             ),
             &["receiver", "transport"],
         )?;
-        let refused = IntCounterVec::new(
-            Opts::new(
+        let refused = counter_vec(
+            registry,
+            (
                 "otelcol_receiver_refused_spans_total",
                 "Number of spans that could not be pushed into the pipeline.",
             ),
             &["receiver", "transport"],
         )?;
-        let accepted_points = IntCounterVec::new(
-            Opts::new(
+        let accepted_points = counter_vec(
+            registry,
+            (
                 "otelcol_receiver_accepted_metric_points_total",
                 "Number of metric points successfully pushed into the pipeline.",
             ),
             &["receiver", "transport"],
         )?;
-        let refused_points = IntCounterVec::new(
-            Opts::new(
+        let refused_points = counter_vec(
+            registry,
+            (
                 "otelcol_receiver_refused_metric_points_total",
                 "Number of metric points that could not be pushed into the pipeline.",
             ),
             &["receiver", "transport"],
         )?;
-        let refused_requests = IntCounterVec::new(
-            Opts::new(
+        let refused_requests = counter_vec(
+            registry,
+            (
                 "tailgate_receiver_refused_requests_total",
                 "Number of requests refused, by signal (traces, metrics) and reason: \
                  overloaded, too_many_requests and shutting_down are retryable, the others \
@@ -84,20 +90,15 @@ impl ReceiverMetricFamilies {
             ),
             &["receiver", "transport", "signal", "reason"],
         )?;
-        let in_flight = IntGaugeVec::new(
-            Opts::new(
+        let in_flight = gauge_vec(
+            registry,
+            (
                 "tailgate_receiver_requests_in_flight",
                 "Export requests being read or admitted by the receiver, bounded by \
                  max_concurrent_requests.",
             ),
             &["receiver", "transport"],
         )?;
-        registry.register(Box::new(accepted.clone()))?;
-        registry.register(Box::new(refused.clone()))?;
-        registry.register(Box::new(accepted_points.clone()))?;
-        registry.register(Box::new(refused_points.clone()))?;
-        registry.register(Box::new(refused_requests.clone()))?;
-        registry.register(Box::new(in_flight.clone()))?;
         Ok(Self {
             accepted,
             refused,
@@ -126,31 +127,34 @@ impl ReceiverMetricFamilies {
 
     /// Handles bound to one receiver and transport, for traces.
     pub fn for_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
-        self.init_refusals(id, transport, "traces");
-        let labels = [id.written.as_str(), transport.label()];
-        ReceiverMetrics {
-            accepted: self.accepted.with_label_values(&labels),
-            refused: self.refused.with_label_values(&labels),
-            refused_requests: self.refused_requests.clone(),
-            in_flight: self.in_flight.with_label_values(&labels),
-            receiver: id.written.clone(),
-            transport,
-            signal: "traces",
-        }
+        self.bind(id, transport, "traces", (&self.accepted, &self.refused))
     }
 
     /// Handles bound to one receiver and transport, for metrics (counting data points).
     pub fn for_metrics_receiver(&self, id: &ComponentId, transport: Transport) -> ReceiverMetrics {
-        self.init_refusals(id, transport, "metrics");
+        let items = (&self.accepted_points, &self.refused_points);
+        self.bind(id, transport, "metrics", items)
+    }
+
+    /// Handles bound to one receiver and transport for `signal`, counting items in the
+    /// `(accepted, refused)` families.
+    fn bind(
+        &self,
+        id: &ComponentId,
+        transport: Transport,
+        signal: &'static str,
+        (accepted, refused): (&IntCounterVec, &IntCounterVec),
+    ) -> ReceiverMetrics {
+        self.init_refusals(id, transport, signal);
         let labels = [id.written.as_str(), transport.label()];
         ReceiverMetrics {
-            accepted: self.accepted_points.with_label_values(&labels),
-            refused: self.refused_points.with_label_values(&labels),
+            accepted: accepted.with_label_values(&labels),
+            refused: refused.with_label_values(&labels),
             refused_requests: self.refused_requests.clone(),
             in_flight: self.in_flight.with_label_values(&labels),
             receiver: id.written.clone(),
             transport,
-            signal: "metrics",
+            signal,
         }
     }
 }

@@ -13,10 +13,56 @@ mod server;
 
 pub use health::{Health, HealthState};
 pub use logging::init_logging;
-pub use process::{ProcessCollector, read_rss_bytes as rss_bytes};
+pub use process::{ProcessCollector, proc_kib_field, read_rss_bytes as rss_bytes};
 pub use server::{serve_health, serve_metrics};
 
 use prometheus::Registry;
+
+/// Registers `collector` in `registry` and returns it, so that a family is built and
+/// registered in one expression.
+///
+/// # Errors
+///
+/// When a family of the same name is already registered there.
+pub fn registered<C>(registry: &Registry, collector: C) -> Result<C, prometheus::Error>
+where
+    C: prometheus::core::Collector + Clone + 'static,
+{
+    registry.register(Box::new(collector.clone()))?;
+    Ok(collector)
+}
+
+/// Builds an integer counter family `(name, help)` with `labels` and registers it.
+///
+/// # Errors
+///
+/// As [`registered`], and when the name or a label is not a valid Prometheus name.
+pub fn counter_vec(
+    registry: &Registry,
+    (name, help): (&str, &str),
+    labels: &[&str],
+) -> Result<prometheus::IntCounterVec, prometheus::Error> {
+    registered(
+        registry,
+        prometheus::IntCounterVec::new(prometheus::Opts::new(name, help), labels)?,
+    )
+}
+
+/// Builds an integer gauge family `(name, help)` with `labels` and registers it.
+///
+/// # Errors
+///
+/// As [`counter_vec`].
+pub fn gauge_vec(
+    registry: &Registry,
+    (name, help): (&str, &str),
+    labels: &[&str],
+) -> Result<prometheus::IntGaugeVec, prometheus::Error> {
+    registered(
+        registry,
+        prometheus::IntGaugeVec::new(prometheus::Opts::new(name, help), labels)?,
+    )
+}
 
 /// The version of this build, for the build-info metric and logs.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

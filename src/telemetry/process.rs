@@ -109,7 +109,14 @@ pub(crate) fn read_cpu_seconds() -> Option<f64> {
 /// Resident set size of this process in bytes (`VmRSS` of `/proc/self/status`).
 pub fn read_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    proc_kib_field(&status, "VmRSS:")
+}
+
+/// The value in bytes of the line starting with `key` in a `/proc` file that gives sizes
+/// as `Key:   1234 kB` (`/proc/self/status`, `/proc/meminfo`); `None` if the line is
+/// missing or not a number.
+pub fn proc_kib_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }

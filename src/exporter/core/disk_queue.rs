@@ -37,7 +37,7 @@ use super::deliver::BatchDelivery;
 use super::error::ExportError;
 use super::metrics::DiskQueueMetrics;
 use super::outcome::Outcome;
-use super::queue::ABORT_SLACK;
+use super::queue::join_or_abort;
 use super::segment::{self, Corruption, RecordRef, Store, StoreError, StoreOptions};
 use super::state::Shared;
 use super::transport::Transport;
@@ -334,13 +334,7 @@ impl<P: Payload> DiskQueue<P> {
     pub(crate) async fn drain(&self, shared: &Shared, deadline: Instant) {
         let opener = self.opener.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(opener) = opener {
-            let abort = opener.abort_handle();
-            if tokio::time::timeout_at(deadline + ABORT_SLACK, opener)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
+            join_or_abort(opener, deadline).await;
         }
         let Opening::Ready(inner) = self.state.borrow().clone() else {
             return;
@@ -349,13 +343,7 @@ impl<P: Payload> DiskQueue<P> {
         let handles =
             std::mem::take(&mut *self.consumers.lock().unwrap_or_else(|e| e.into_inner()));
         for handle in handles {
-            let abort = handle.abort_handle();
-            if tokio::time::timeout_at(deadline + ABORT_SLACK, handle)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
+            join_or_abort(handle, deadline).await;
         }
         let syncing = inner.clone();
         let synced = tokio::task::spawn_blocking(move || {

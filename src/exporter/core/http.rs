@@ -7,10 +7,15 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
-use http::{HeaderMap, Uri};
-use http_body_util::BodyExt;
+use http::{HeaderMap, Request, Response, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::error::ExporterError;
+use super::outcome::AttemptError;
 
 /// At most this much of a response body is read, as in the Collector.
 pub(crate) const MAX_RESPONSE_BODY: usize = 64 * 1024;
@@ -72,6 +77,27 @@ pub(crate) async fn read_limited(
         }
     }
     Ok(buf.freeze())
+}
+
+/// The HTTPS client both HTTP transports send with.
+pub(crate) type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// Sends `req` and returns the response with its `Retry-After` hint.
+///
+/// # Errors
+///
+/// A transport [`AttemptError`] with the error chain when the request could not be sent
+/// or no answer came.
+pub(crate) async fn send(
+    client: &HttpsClient,
+    req: Request<Full<Bytes>>,
+) -> Result<(Response<Incoming>, Option<Duration>), AttemptError> {
+    let response = client
+        .request(req)
+        .await
+        .map_err(|e| AttemptError::transport(error_chain(&e)))?;
+    let retry_after = retry_after_header(response.headers());
+    Ok((response, retry_after))
 }
 
 /// The error and its sources, `: `-joined (hyper-util's top-level message alone is vague).

@@ -21,6 +21,7 @@ use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::config::ComponentId;
+use crate::telemetry::{counter_vec, gauge_vec};
 
 /// Metric names and help texts, in one place.
 mod desc {
@@ -223,47 +224,45 @@ impl ExporterMetricFamilies {
     /// Fails when a family of the same name is already registered (call this once per
     /// registry and share the result).
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        fn counter(
-            registry: &Registry,
-            d: (&str, &str),
-            labels: &[&str],
-        ) -> prometheus::Result<IntCounterVec> {
-            let v = IntCounterVec::new(Opts::new(d.0, d.1), labels)?;
-            registry.register(Box::new(v.clone()))?;
-            Ok(v)
-        }
-        fn gauge(
-            registry: &Registry,
-            d: (&str, &str),
-            labels: &[&str],
-        ) -> prometheus::Result<IntGaugeVec> {
-            let v = IntGaugeVec::new(Opts::new(d.0, d.1), labels)?;
-            registry.register(Box::new(v.clone()))?;
-            Ok(v)
-        }
         let queue_size = Arc::new(QueueSizeCollector::new()?);
         let families = Self {
             spans: ItemFamilies {
-                sent: counter(registry, desc::SENT_SPANS, &["exporter"])?,
-                send_failed: counter(registry, desc::SEND_FAILED_SPANS, &["exporter", "reason"])?,
-                enqueue_failed: counter(registry, desc::ENQUEUE_FAILED_SPANS, &["exporter"])?,
-                dropped: counter(registry, desc::DROPPED_SPANS, &["reason"])?,
+                sent: counter_vec(registry, desc::SENT_SPANS, &["exporter"])?,
+                send_failed: counter_vec(
+                    registry,
+                    desc::SEND_FAILED_SPANS,
+                    &["exporter", "reason"],
+                )?,
+                enqueue_failed: counter_vec(registry, desc::ENQUEUE_FAILED_SPANS, &["exporter"])?,
+                dropped: counter_vec(registry, desc::DROPPED_SPANS, &["reason"])?,
             },
             points: ItemFamilies {
-                sent: counter(registry, desc::SENT_POINTS, &["exporter"])?,
-                send_failed: counter(registry, desc::SEND_FAILED_POINTS, &["exporter", "reason"])?,
-                enqueue_failed: counter(registry, desc::ENQUEUE_FAILED_POINTS, &["exporter"])?,
-                dropped: counter(registry, desc::DROPPED_POINTS, &["reason"])?,
+                sent: counter_vec(registry, desc::SENT_POINTS, &["exporter"])?,
+                send_failed: counter_vec(
+                    registry,
+                    desc::SEND_FAILED_POINTS,
+                    &["exporter", "reason"],
+                )?,
+                enqueue_failed: counter_vec(registry, desc::ENQUEUE_FAILED_POINTS, &["exporter"])?,
+                dropped: counter_vec(registry, desc::DROPPED_POINTS, &["reason"])?,
             },
-            queue_capacity: gauge(registry, desc::QUEUE_CAPACITY, &["exporter", "data_type"])?,
-            in_flight: gauge(registry, desc::IN_FLIGHT, &["exporter"])?,
-            retries: counter(registry, desc::RETRIES, &["exporter", "error_type"])?,
+            queue_capacity: gauge_vec(registry, desc::QUEUE_CAPACITY, &["exporter", "data_type"])?,
+            in_flight: gauge_vec(registry, desc::IN_FLIGHT, &["exporter"])?,
+            retries: counter_vec(registry, desc::RETRIES, &["exporter", "error_type"])?,
             queue_size: queue_size.clone(),
             disk: DiskQueueFamilies {
-                replayed: counter(registry, desc::QUEUE_REPLAYED, &["exporter", "data_type"])?,
-                persisted: counter(registry, desc::QUEUE_PERSISTED, &["exporter", "data_type"])?,
-                corrupt: counter(registry, desc::QUEUE_CORRUPT, &["exporter", "data_type"])?,
-                disk_bytes: gauge(registry, desc::QUEUE_DISK_BYTES, &["exporter", "data_type"])?,
+                replayed: counter_vec(registry, desc::QUEUE_REPLAYED, &["exporter", "data_type"])?,
+                persisted: counter_vec(
+                    registry,
+                    desc::QUEUE_PERSISTED,
+                    &["exporter", "data_type"],
+                )?,
+                corrupt: counter_vec(registry, desc::QUEUE_CORRUPT, &["exporter", "data_type"])?,
+                disk_bytes: gauge_vec(
+                    registry,
+                    desc::QUEUE_DISK_BYTES,
+                    &["exporter", "data_type"],
+                )?,
             },
         };
         registry.register(Box::new(SharedCollector(queue_size)))?;

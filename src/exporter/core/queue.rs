@@ -32,6 +32,18 @@ use super::state::Shared;
 /// this only bounds that case.
 pub(crate) const ABORT_SLACK: Duration = Duration::from_millis(200);
 
+/// Waits for `task` until [`ABORT_SLACK`] past `deadline`, and aborts it if it is still
+/// running then.
+pub(crate) async fn join_or_abort<T>(task: JoinHandle<T>, deadline: Instant) {
+    let abort = task.abort_handle();
+    if tokio::time::timeout_at(deadline + ABORT_SLACK, task)
+        .await
+        .is_err()
+    {
+        abort.abort();
+    }
+}
+
 /// One lane's receiving end, shared by its consumers and the drain.
 // A tokio mutex: a consumer holds it while awaiting the next item (the lane's other
 // consumers queue on the lock), and the drain takes it to close the channel.
@@ -137,13 +149,7 @@ impl<I: QueueItem> MemoryQueue<I> {
         let handles =
             std::mem::take(&mut *self.consumers.lock().unwrap_or_else(|e| e.into_inner()));
         for handle in handles {
-            let abort = handle.abort_handle();
-            if tokio::time::timeout_at(deadline + ABORT_SLACK, handle)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
+            join_or_abort(handle, deadline).await;
         }
         // What an aborted consumer held was never counted.
         shared.drop_at_shutdown(shared.take_stranded());

@@ -758,6 +758,13 @@ pub(crate) fn read_record(
 mod tests {
     use super::*;
 
+    /// Reopens the store in `dir` and asserts it recovers no record and no corruption.
+    fn assert_reopens_empty(dir: &Path) {
+        let (_, recovered) = Store::open(dir, options()).unwrap();
+        assert_eq!(recovered.records, 0);
+        assert!(recovered.corrupt.is_empty());
+    }
+
     fn options() -> StoreOptions {
         StoreOptions {
             fsync: false,
@@ -848,9 +855,7 @@ mod tests {
         assert_eq!(drain(&mut store, true).len(), 4);
         drop(store);
 
-        let (_, recovered) = Store::open(dir.path(), options()).unwrap();
-        assert_eq!(recovered.records, 0);
-        assert!(recovered.corrupt.is_empty());
+        assert_reopens_empty(dir.path());
     }
 
     /// Scenario: 3 records; one byte of the middle record's payload flipped; reopened.
@@ -977,9 +982,7 @@ mod tests {
         assert_eq!(read, (4..10).map(payload).collect::<Vec<_>>());
         drop(store);
 
-        let (_, recovered) = Store::open(dir.path(), options()).unwrap();
-        assert_eq!(recovered.records, 0);
-        assert!(recovered.corrupt.is_empty());
+        assert_reopens_empty(dir.path());
     }
 
     /// Scenario: a byte budget of ~3 records and a record budget of 5.

@@ -12,6 +12,7 @@
 //! words, which the spec asks senders to log).
 
 use std::error::Error as _;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -65,16 +66,7 @@ pub(crate) fn otlp_http(
     body: &[u8],
 ) -> AttemptError {
     let message = status_message(status, body, OTLP_BODY_EXCERPT);
-    let error_type = match status.as_u16() {
-        429 => RetryErrorType::Http429,
-        502..=504 => RetryErrorType::Http5xx,
-        _ => return AttemptError::Permanent { message },
-    };
-    AttemptError::Retryable {
-        error_type,
-        throttle: retry_after,
-        message,
-    }
+    http_answer(status, retry_after, message, 502..=504)
 }
 
 /// Classifies a non-2xx remote-write answer: 429 and every 5xx are retryable (with the
@@ -85,9 +77,20 @@ pub(crate) fn remote_write(
     body: &[u8],
 ) -> AttemptError {
     let message = status_message(status, body, REMOTE_WRITE_BODY_EXCERPT);
+    http_answer(status, retry_after, message, 500..=599)
+}
+
+/// The rule both HTTP classifiers share: 429 and the 5xx statuses in `retryable_5xx` are
+/// retryable, with the `Retry-After` hint; everything else is permanent.
+fn http_answer(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    message: String,
+    retryable_5xx: RangeInclusive<u16>,
+) -> AttemptError {
     let error_type = match status.as_u16() {
         429 => RetryErrorType::Http429,
-        500..=599 => RetryErrorType::Http5xx,
+        code if retryable_5xx.contains(&code) => RetryErrorType::Http5xx,
         _ => return AttemptError::Permanent { message },
     };
     AttemptError::Retryable {

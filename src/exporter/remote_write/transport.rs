@@ -13,16 +13,13 @@ use bytes::Bytes;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, HeaderValue, USER_AGENT};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use http_body_util::Full;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::RemoteWriteConfig;
 use crate::exporter::core::error::ExporterError;
 use crate::exporter::core::http::{
-    MAX_RESPONSE_BODY, error_chain, header_map, parse_url, read_limited, retry_after_header,
-    status_message,
+    HttpsClient, MAX_RESPONSE_BODY, header_map, parse_url, read_limited, send, status_message,
 };
 use crate::exporter::core::outcome::AttemptError;
 use crate::exporter::core::status::{self, REMOTE_WRITE_BODY_EXCERPT};
@@ -98,7 +95,7 @@ pub(crate) enum Reply {
 
 /// POSTs compressed `WriteRequest`s to the endpoint over a pooled hyper client.
 pub(crate) struct RemoteWriteTransport {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpsClient,
     uri: Uri,
     headers: HeaderMap,
     timeout: Duration,
@@ -170,13 +167,8 @@ impl RemoteWriteTransport {
         req: Request<Full<Bytes>>,
         protocol: Protocol,
     ) -> Result<Reply, AttemptError> {
-        let response = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| AttemptError::transport(error_chain(&e)))?;
+        let (response, retry_after) = send(&self.client, req).await?;
         let status = response.status();
-        let retry_after = retry_after_header(response.headers());
         let written = Written::from_headers(response.headers());
         let body = read_limited(response.into_body(), MAX_RESPONSE_BODY)
             .await
