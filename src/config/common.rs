@@ -1,5 +1,6 @@
-//! Readers shared by several sections: listening endpoints, durations and counts that
-//! must be positive, sizes, client TLS settings, request headers and retry settings.
+//! Readers shared by several sections: the [`Reader`] every component type is typed with,
+//! listening endpoints, durations and counts that must be positive, sizes, client TLS
+//! settings, request headers and retry settings.
 //!
 //! The section readers (`components`, `connectors`, `service`, `tail_sampling`,
 //! `remote_write`, `memory_limiter`) import from here; this module imports nothing above
@@ -13,7 +14,31 @@ use std::time::Duration;
 use super::endpoint;
 use super::error::{Problems, join};
 use super::fields::{Fields, NOT_YET};
+use super::value::Value;
 use super::{RetryConfig, TlsClientConfig};
+
+/// How one component type's settings are typed: the keys of its mapping, and the function
+/// that types the opened mapping.
+///
+/// Every component reader starts the same way (open the mapping, reporting unknown and
+/// unsupported keys); [`Reader::read`] is that start, written once.
+pub(crate) struct Reader<T> {
+    /// The keys the type has.
+    pub(crate) known: &'static [&'static str],
+    /// Collector keys tailgate does not implement, each with the message that says so.
+    pub(crate) unsupported: &'static [(&'static str, &'static str)],
+    /// Types the opened mapping; problems are recorded, and defaults stand in for values
+    /// that had them.
+    pub(crate) typed: fn(&mut Problems, &Fields<'_>) -> T,
+}
+
+impl<T> Reader<T> {
+    /// Opens the settings `value` at `path` with this type's keys and types them.
+    pub(crate) fn read(&self, problems: &mut Problems, path: &str, value: Option<&Value>) -> T {
+        let fields = Fields::open(problems, path, value, self.known, self.unsupported);
+        (self.typed)(problems, &fields)
+    }
+}
 
 /// One mebibyte, the unit of the Collector's `*_mib` keys.
 pub(crate) const MIB: u64 = 1024 * 1024;

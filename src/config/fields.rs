@@ -13,6 +13,33 @@ use super::duration;
 use super::error::{KeyReads, Problems, join};
 use super::value::Value;
 
+/// An enum written in the config as one of a fixed set of words.
+///
+/// The one table of words is what [`Fields::choice`] reads and what the renderer writes, so
+/// the two cannot disagree.
+pub(crate) trait Named: Copy + PartialEq + 'static {
+    /// Every value with the word that names it, in the order messages list them.
+    const NAMES: &'static [(&'static str, Self)];
+
+    /// The word that names `self`.
+    fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, value)| *value == self)
+            .map_or("", |(name, _)| name)
+    }
+}
+
+/// Implements [`Named`] for a fieldless enum: `named!(Enum { "word" => Variant, ... })`.
+macro_rules! named {
+    ($ty:ident { $($name:literal => $variant:ident),+ $(,)? }) => {
+        impl $crate::config::fields::Named for $ty {
+            const NAMES: &'static [(&'static str, Self)] = &[$(($name, $ty::$variant)),+];
+        }
+    };
+}
+pub(crate) use named;
+
 /// The message for a Collector key that tailgate does not implement yet.
 pub(crate) const NOT_YET: &str = "not supported yet by this version of tailgate; remove it";
 

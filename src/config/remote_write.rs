@@ -4,15 +4,14 @@
 use std::num::NonZeroUsize;
 
 use super::common::{
-    HeaderRules, at_least_one, headers, positive_duration, retry_with, tls_client,
+    HeaderRules, Reader, at_least_one, headers, positive_duration, retry_with, tls_client,
 };
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
 use super::fields::{Fields, NOT_YET};
 use super::tls;
-use super::value::Value;
-use super::{QueueConfig, RemoteWriteConfig, RemoteWriteMessage};
+use super::{ExporterConfig, QueueConfig, RemoteWriteConfig, RemoteWriteMessage};
 
 /// Headers the remote-write protocol reserves; `headers` may not set them.
 pub(crate) const RESERVED_HEADERS: [&str; 4] = [
@@ -29,54 +28,48 @@ pub(crate) const MESSAGE_V1: &str = "prometheus.WriteRequest";
 pub(crate) const MESSAGE_V2: &str = "io.prometheus.write.v2.Request";
 
 /// `exporters.prometheusremotewrite`.
-pub(crate) fn exporter(
-    problems: &mut Problems,
-    path: &str,
-    value: Option<&Value>,
-) -> RemoteWriteConfig {
-    let exporter = Fields::open(
-        problems,
-        path,
-        value,
-        &[
-            "endpoint",
-            "headers",
-            "timeout",
-            "tls",
-            "namespace",
-            "external_labels",
-            "resource_to_telemetry_conversion",
-            "target_info",
-            "add_metric_suffixes",
-            "send_metadata",
-            "max_batch_size_bytes",
-            "remote_write_queue",
-            "retry_on_failure",
-            "protobuf_message",
-            "compression",
-        ],
-        &[
-            ("http", NOT_YET),
-            ("auth", NOT_YET),
-            ("wal", NOT_YET),
-            ("export_created_metric", NOT_YET),
-            ("disable_scope_info", NOT_YET),
-            ("translation_strategy", NOT_YET),
-            ("resource_constant_labels", NOT_YET),
-            ("max_batch_request_parallelism", NOT_YET),
-            ("convert_explicit_histograms_to_nhcb", NOT_YET),
-            ("keep_classic_histograms", NOT_YET),
-            ("include_metadata_keys", NOT_YET),
-            (
-                "sending_queue",
-                "this exporter's queue is `remote_write_queue`",
-            ),
-            ("proxy_url", NOT_YET),
-            ("read_buffer_size", NOT_YET),
-            ("write_buffer_size", NOT_YET),
-        ],
-    );
+pub(crate) const EXPORTER: Reader<ExporterConfig> = Reader {
+    known: &[
+        "endpoint",
+        "headers",
+        "timeout",
+        "tls",
+        "namespace",
+        "external_labels",
+        "resource_to_telemetry_conversion",
+        "target_info",
+        "add_metric_suffixes",
+        "send_metadata",
+        "max_batch_size_bytes",
+        "remote_write_queue",
+        "retry_on_failure",
+        "protobuf_message",
+        "compression",
+    ],
+    unsupported: &[
+        ("http", NOT_YET),
+        ("auth", NOT_YET),
+        ("wal", NOT_YET),
+        ("export_created_metric", NOT_YET),
+        ("disable_scope_info", NOT_YET),
+        ("translation_strategy", NOT_YET),
+        ("resource_constant_labels", NOT_YET),
+        ("max_batch_request_parallelism", NOT_YET),
+        ("convert_explicit_histograms_to_nhcb", NOT_YET),
+        ("keep_classic_histograms", NOT_YET),
+        ("include_metadata_keys", NOT_YET),
+        (
+            "sending_queue",
+            "this exporter's queue is `remote_write_queue`",
+        ),
+        ("proxy_url", NOT_YET),
+        ("read_buffer_size", NOT_YET),
+        ("write_buffer_size", NOT_YET),
+    ],
+    typed: |problems, fields| ExporterConfig::PrometheusRemoteWrite(exporter(problems, fields)),
+};
 
+fn exporter(problems: &mut Problems, exporter: &Fields<'_>) -> RemoteWriteConfig {
     let endpoint = exporter.string(problems, "endpoint");
     let wrong_type =
         exporter.wrong_type() || (endpoint.is_none() && exporter.value("endpoint").is_some());
@@ -93,7 +86,7 @@ pub(crate) fn exporter(
         problems.add(exporter.key_path("endpoint"), message);
     }
 
-    let headers = headers(problems, &exporter, HeaderRules::Http);
+    let headers = headers(problems, exporter, HeaderRules::Http);
     for name in headers.keys() {
         if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
             problems.add(
@@ -139,7 +132,7 @@ pub(crate) fn exporter(
         NonZeroUsize::new(defaults::REMOTE_WRITE_MAX_BATCH_SIZE_BYTES).unwrap_or(NonZeroUsize::MIN);
     let max_batch_size_bytes = at_least_one(
         problems,
-        &exporter,
+        exporter,
         "max_batch_size_bytes",
         default_max.get(),
     );
@@ -191,14 +184,14 @@ pub(crate) fn exporter(
         );
     }
 
-    let tls = tls_client(problems, &exporter);
+    let tls = tls_client(problems, exporter);
     // The exporter loads the TLS files whatever the URL's scheme.
     tls::check_files(problems, &exporter.key_path("tls"), &tls);
 
     RemoteWriteConfig {
         endpoint,
         headers,
-        timeout: positive_duration(problems, &exporter, "timeout")
+        timeout: positive_duration(problems, exporter, "timeout")
             .unwrap_or(defaults::REMOTE_WRITE_TIMEOUT),
         tls,
         namespace,
@@ -211,7 +204,7 @@ pub(crate) fn exporter(
         send_metadata: exporter.boolean(problems, "send_metadata").unwrap_or(false),
         max_batch_size_bytes,
         remote_write_queue,
-        retry_on_failure: retry_with(problems, &exporter, &defaults::REMOTE_WRITE_RETRY),
+        retry_on_failure: retry_with(problems, exporter, &defaults::REMOTE_WRITE_RETRY),
         protobuf_message,
     }
 }

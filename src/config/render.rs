@@ -3,11 +3,12 @@
 use std::fmt::Write as _;
 
 use super::duration;
+use super::fields::Named as _;
 use super::{
     ComponentId, Compression, Config, ConnectorConfig, ExporterConfig, ExtensionConfig,
-    HistogramUnit, LogEncoding, LogLevel, MemoryAmount, OtlpExporterConfig, PolicyConfig,
-    PolicyKind, ProcessorConfig, ReceiverConfig, RemoteWriteConfig, RemoteWriteMessage,
-    RetryConfig, SpanMetricsConfig, StatusCodeName, TailSamplingConfig, TlsClientConfig, Verbosity,
+    MemoryAmount, OtlpExporterConfig, PolicyConfig, PolicyKind, ProcessorConfig, ReceiverConfig,
+    RemoteWriteConfig, RemoteWriteMessage, RetryConfig, SpanMetricsConfig, StatusCodeName,
+    TailSamplingConfig, TlsClientConfig,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -112,12 +113,7 @@ pub fn render(config: &Config) -> String {
             ExporterConfig::OtlpGrpc(otlp) => otlp_exporter(&mut out, otlp, false),
             ExporterConfig::OtlpHttp(otlp) => otlp_exporter(&mut out, otlp, true),
             ExporterConfig::Debug(debug) => {
-                let verbosity = match debug.verbosity {
-                    Verbosity::Basic => "basic",
-                    Verbosity::Normal => "normal",
-                    Verbosity::Detailed => "detailed",
-                };
-                out.plain(2, "verbosity", verbosity);
+                out.plain(2, "verbosity", debug.verbosity.name());
             }
             ExporterConfig::PrometheusRemoteWrite(rw) => remote_write_exporter(&mut out, rw),
         }
@@ -171,18 +167,8 @@ pub fn render(config: &Config) -> String {
     let telemetry = &service.telemetry;
     out.line(1, "telemetry:");
     out.line(2, "logs:");
-    let level = match telemetry.log_level {
-        LogLevel::Debug => "debug",
-        LogLevel::Info => "info",
-        LogLevel::Warn => "warn",
-        LogLevel::Error => "error",
-    };
-    out.plain(3, "level", level);
-    let encoding = match telemetry.log_encoding {
-        LogEncoding::Console => "console",
-        LogEncoding::Json => "json",
-    };
-    out.plain(3, "encoding", encoding);
+    out.plain(3, "level", telemetry.log_level.name());
+    out.plain(3, "encoding", telemetry.log_encoding.name());
     out.line(2, "metrics:");
     match &telemetry.metrics_address {
         Some(address) => {
@@ -203,11 +189,7 @@ pub fn render(config: &Config) -> String {
 fn render_span_metrics(out: &mut Out, config: &SpanMetricsConfig) {
     out.line(2, "histogram:");
     out.plain(3, "disable", config.histogram_disabled);
-    let unit = match config.histogram_unit {
-        HistogramUnit::Milliseconds => "ms",
-        HistogramUnit::Seconds => "s",
-    };
-    out.plain(3, "unit", unit);
+    out.plain(3, "unit", config.histogram_unit.name());
     out.line(3, "explicit:");
     let buckets: Vec<String> = config
         .histogram_buckets

@@ -6,7 +6,7 @@ use super::common::{listen_endpoint, positive_duration};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
-use super::fields::{Fields, NOT_YET, as_string};
+use super::fields::{Fields, NOT_YET, Named as _, as_string};
 use super::ids::{Declared, Section};
 use super::value::Value;
 use super::{
@@ -277,26 +277,10 @@ fn telemetry(problems: &mut Problems, service: &Fields<'_>) -> TelemetryConfig {
         ],
     );
     let log_level = logs
-        .choice(
-            problems,
-            "level",
-            &[
-                ("debug", LogLevel::Debug),
-                ("info", LogLevel::Info),
-                ("warn", LogLevel::Warn),
-                ("error", LogLevel::Error),
-            ],
-        )
+        .choice(problems, "level", LogLevel::NAMES)
         .unwrap_or(defaults::LOG_LEVEL);
     let log_encoding = logs
-        .choice(
-            problems,
-            "encoding",
-            &[
-                ("console", LogEncoding::Console),
-                ("json", LogEncoding::Json),
-            ],
-        )
+        .choice(problems, "encoding", LogEncoding::NAMES)
         .unwrap_or(defaults::LOG_ENCODING);
     TelemetryConfig {
         metrics_address: metrics_address(problems, &telemetry),

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
-use super::common::positive_duration;
+use super::common::{Reader, positive_duration};
 use super::defaults;
 use super::error::{Problems, join};
 use super::fields::Fields;
@@ -75,37 +75,32 @@ const OTTL_MESSAGE: &str = "OTTL conditions are not supported by tailgate: use t
     latency, span_count, trace_state, combined with and / not / drop)";
 
 /// `processors.tail_sampling`.
-pub(crate) fn processor(
-    problems: &mut Problems,
-    path: &str,
-    value: Option<&Value>,
-) -> ProcessorConfig {
-    let fields = Fields::open(
-        problems,
-        path,
-        value,
-        &[
-            "decision_wait",
-            "decision_wait_after_root_received",
-            "num_traces",
-            "expected_new_traces_per_sec",
-            "decision_cache",
-            "sample_on_first_match",
-            "drop_pending_traces_on_shutdown",
-            "maximum_trace_size_bytes",
-            "block_on_overflow",
-            "record_policy",
-            "policies",
-            "sampling_strategy",
-            "num_shards",
-        ],
-        &[(
-            "tail_storage",
-            "tail storage extensions are not supported by tailgate: spans are held in memory, \
-             bounded by num_traces and the memory limit; remove it",
-        )],
-    );
-    let decision_wait = positive_duration(problems, &fields, "decision_wait")
+pub(crate) const PROCESSOR: Reader<ProcessorConfig> = Reader {
+    known: &[
+        "decision_wait",
+        "decision_wait_after_root_received",
+        "num_traces",
+        "expected_new_traces_per_sec",
+        "decision_cache",
+        "sample_on_first_match",
+        "drop_pending_traces_on_shutdown",
+        "maximum_trace_size_bytes",
+        "block_on_overflow",
+        "record_policy",
+        "policies",
+        "sampling_strategy",
+        "num_shards",
+    ],
+    unsupported: &[(
+        "tail_storage",
+        "tail storage extensions are not supported by tailgate: spans are held in memory, \
+         bounded by num_traces and the memory limit; remove it",
+    )],
+    typed: processor,
+};
+
+fn processor(problems: &mut Problems, fields: &Fields<'_>) -> ProcessorConfig {
+    let decision_wait = positive_duration(problems, fields, "decision_wait")
         .unwrap_or(defaults::TAIL_DECISION_WAIT);
     let decision_wait_after_root_received = fields
         .duration(problems, "decision_wait_after_root_received")
@@ -120,7 +115,7 @@ pub(crate) fn processor(
             }
         },
     };
-    let expected_new_traces_per_sec = size(problems, &fields, "expected_new_traces_per_sec", 0);
+    let expected_new_traces_per_sec = size(problems, fields, "expected_new_traces_per_sec", 0);
     let cache = fields.child(
         problems,
         "decision_cache",
@@ -140,7 +135,7 @@ pub(crate) fn processor(
         defaults::TAIL_NON_SAMPLED_CACHE_SIZE,
     );
     let maximum_trace_size_bytes =
-        NonZeroUsize::new(size(problems, &fields, "maximum_trace_size_bytes", 0));
+        NonZeroUsize::new(size(problems, fields, "maximum_trace_size_bytes", 0));
     if let Some(strategy) = fields.string(problems, "sampling_strategy")
         && strategy != defaults::TAIL_SAMPLING_STRATEGY
     {
@@ -156,7 +151,7 @@ pub(crate) fn processor(
     // Accepted for compatibility and otherwise ignored: tailgate shards by itself.
     fields.uint(problems, "num_shards");
 
-    let policies = policy_list(problems, &fields, "policies", true);
+    let policies = policy_list(problems, fields, "policies", true);
     ProcessorConfig::TailSampling(TailSamplingConfig {
         decision_wait,
         decision_wait_after_root_received,
