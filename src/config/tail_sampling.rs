@@ -49,24 +49,18 @@ pub(crate) const POLICY_TYPES: &[&str] = &[
     "composite",
 ];
 
-/// Policy types whose settings live under a key of the same name.
-const SETTINGS_KEYS: &[&str] = &[
-    "latency",
-    "numeric_attribute",
-    "probabilistic",
-    "status_code",
-    "string_attribute",
-    "boolean_attribute",
-    "trace_state",
-    "rate_limiting",
-    "bytes_limiting",
-    "span_count",
-    "and",
-    "not",
-    "drop",
-    "composite",
-    "ottl_condition",
-];
+/// The keys that hold a policy's settings: one per policy type that has settings (named
+/// after the type, in [`POLICY_TYPES`] order), and `ottl_condition`, so that it is reported
+/// as unsupported rather than unknown.
+/// (`'a` lets the keys join lists of shorter-lived ones.)
+fn settings_keys<'a>() -> impl Iterator<Item = &'a str> {
+    let types: &'a [&'a str] = POLICY_TYPES;
+    types
+        .iter()
+        .copied()
+        .filter(|kind| settings_reader(kind).is_some())
+        .chain([OTTL])
+}
 
 const OTTL: &str = "ottl_condition";
 
@@ -257,14 +251,13 @@ fn policy(
         },
         _ => None,
     };
-    let own_key = kind.filter(|kind| SETTINGS_KEYS.contains(kind));
+    let own_key = kind.filter(|kind| *kind == OTTL || settings_reader(kind).is_some());
     let messages: Vec<(&str, String)> = match kind {
-        Some(kind) if POLICY_TYPES.contains(&kind) => SETTINGS_KEYS
-            .iter()
-            .filter(|key| Some(**key) != own_key)
+        Some(kind) if POLICY_TYPES.contains(&kind) => settings_keys()
+            .filter(|key| Some(*key) != own_key)
             .map(|key| {
                 (
-                    *key,
+                    key,
                     format!(
                         "settings for type {key}, but this policy's type is {kind}: remove them"
                     ),
@@ -281,7 +274,7 @@ fn policy(
     match kind {
         Some(kind) if POLICY_TYPES.contains(&kind) => known.extend(own_key),
         // Unknown or missing type: reported below; do not add noise about the other keys.
-        _ => known.extend(SETTINGS_KEYS),
+        _ => known.extend(settings_keys()),
     }
     let fields = Fields::open(problems, path, Some(value), &known, &unsupported);
     if fields.wrong_type() {
