@@ -416,27 +416,31 @@ processors:
     policies: [{name: all, type: always_sample}]
 ";
     assert_problems(
-        &format!(
-            "{processors}
-service:
-  pipelines:
-    traces:
-      processors: [batch, tail_sampling]
-"
-        ),
+        &processors_in_traces(processors, "batch, tail_sampling", ""),
         &[
             "service.pipelines.traces.processors: tail_sampling must come first (only \
            memory_limiter may precede it): it buffers whole traces; put batch after it",
         ],
     );
-    load_over(&format!(
+    load_over(&processors_in_traces(
+        processors,
+        "memory_limiter, tail_sampling, batch",
+        "",
+    ));
+}
+
+/// `processors` (a `processors:` section) with `service.pipelines.traces` using `used`,
+/// followed by the pipelines in `more` (indented as under `pipelines:`); for merging over
+/// `MINIMAL`.
+fn processors_in_traces(processors: &str, used: &str, more: &str) -> String {
+    format!(
         "{processors}
 service:
   pipelines:
     traces:
-      processors: [memory_limiter, tail_sampling, batch]
-"
-    ));
+      processors: [{used}]
+{more}"
+    )
 }
 
 /// Scenario: two `memory_limiter` ids, each used by a pipeline; then one id used by two
@@ -451,37 +455,20 @@ processors:
   memory_limiter: {check_interval: 1s, limit_mib: 100}
   memory_limiter/big: {check_interval: 1s, limit_mib: 1000}
 ";
-    assert_problems(
-        &format!(
-            "{processors}
-service:
-  pipelines:
-    traces:
-      processors: [memory_limiter]
-    traces/big:
+    let big = "    traces/big:
       receivers: [otlp]
       processors: [memory_limiter/big]
       exporters: [debug]
-"
-        ),
+";
+    assert_problems(
+        &processors_in_traces(processors, "memory_limiter", big),
         &[
             "service.pipelines.traces/big.processors: memory_limiter/big and memory_limiter are \
            two memory limiters, but one memory limiter gates every receiver of the process: \
            use memory_limiter in every pipeline that needs one (or define one memory_limiter)",
         ],
     );
-    let config = load_over(&format!(
-        "{processors}
-service:
-  pipelines:
-    traces:
-      processors: [memory_limiter/big]
-    traces/2:
-      receivers: [otlp]
-      processors: [memory_limiter/big]
-      exporters: [debug]
-"
-    ));
+    let config = load_over(&processors_in_traces(processors, "memory_limiter/big", big));
     assert_eq!(config.service.pipelines.len(), 2);
 }
 

@@ -1216,55 +1216,60 @@ fn file_storage_defaults_and_keys() {
 /// Guarantees: each is reported at its path with what to do.
 #[test]
 fn file_storage_errors() {
-    let not_listed = FILE_STORAGE.replace("  extensions: [file_storage/q]\n", "");
-    assert_eq!(
-        problems_of(&[&not_listed]),
-        [
-            "exporters.otlp/tempo.sending_queue.storage: \"file_storage/q\" is not listed in service.extensions: add it there so it starts"
-        ]
-    );
-    let undefined = FILE_STORAGE.replace("storage: file_storage/q", "storage: file_storage/nope");
-    assert_eq!(
-        problems_of(&[&undefined]),
-        [
-            "exporters.otlp/tempo.sending_queue.storage: \"file_storage/nope\" is not defined under extensions: add a file_storage extension, e.g. extensions.file_storage/queue.directory"
-        ]
-    );
-    let health = FILE_STORAGE
-        .replace("storage: file_storage/q", "storage: health_check")
-        .replace("extensions:\n", "extensions:\n  health_check:\n");
-    assert_eq!(
-        problems_of(&[&health]),
-        [
-            "exporters.otlp/tempo.sending_queue.storage: \"health_check\" is a health_check extension; a sending queue needs a file_storage extension"
-        ]
-    );
-    let disabled = FILE_STORAGE.replace("queue_size: 5000", "enabled: false");
-    assert_eq!(
-        problems_of(&[&disabled]),
-        [
-            "exporters.otlp/tempo.sending_queue.storage: needs the sending queue: set sending_queue.enabled to true or remove storage"
-        ]
-    );
-    let bad = FILE_STORAGE.replace(
-        "    directory: /tmp\n",
-        "    directory_permissions: rwx
+    let cases: [(&str, String, &[&str]); 5] = [
+        (
+            "storage not listed in service.extensions",
+            FILE_STORAGE.replace("  extensions: [file_storage/q]\n", ""),
+            &[
+                "exporters.otlp/tempo.sending_queue.storage: \"file_storage/q\" is not listed in service.extensions: add it there so it starts",
+            ],
+        ),
+        (
+            "storage undefined",
+            FILE_STORAGE.replace("storage: file_storage/q", "storage: file_storage/nope"),
+            &[
+                "exporters.otlp/tempo.sending_queue.storage: \"file_storage/nope\" is not defined under extensions: add a file_storage extension, e.g. extensions.file_storage/queue.directory",
+            ],
+        ),
+        (
+            "storage is a health_check",
+            FILE_STORAGE
+                .replace("storage: file_storage/q", "storage: health_check")
+                .replace("extensions:\n", "extensions:\n  health_check:\n"),
+            &[
+                "exporters.otlp/tempo.sending_queue.storage: \"health_check\" is a health_check extension; a sending queue needs a file_storage extension",
+            ],
+        ),
+        (
+            "storage on a disabled queue",
+            FILE_STORAGE.replace("queue_size: 5000", "enabled: false"),
+            &[
+                "exporters.otlp/tempo.sending_queue.storage: needs the sending queue: set sending_queue.enabled to true or remove storage",
+            ],
+        ),
+        (
+            "bad file_storage settings",
+            FILE_STORAGE.replace(
+                "    directory: /tmp\n",
+                "    directory_permissions: rwx
     max_size_mib: 0
     compaction:
       on_start: maybe
       vacuum: true
 ",
-    );
-    assert_eq!(
-        problems_of(&[&bad]),
-        [
-            "extensions.file_storage/q.compaction.vacuum: unknown key (known: on_start, on_rebound, directory, max_transaction_size, rebound_needed_threshold_mib, rebound_trigger_threshold_mib, check_interval, cleanup_on_start)",
-            "extensions.file_storage/q.compaction.on_start: expected true or false, found the string \"maybe\"",
-            "extensions.file_storage/q.directory: must be set: the directory that holds the persistent queues, e.g. /var/lib/tailgate/queue",
-            "extensions.file_storage/q.directory_permissions: invalid mode \"rwx\": write it in octal, e.g. \"0750\"",
-            "extensions.file_storage/q.max_size_mib: must be at least 1",
-        ]
-    );
+            ),
+            &[
+                "extensions.file_storage/q.compaction.vacuum: unknown key (known: on_start, on_rebound, directory, max_transaction_size, rebound_needed_threshold_mib, rebound_trigger_threshold_mib, check_interval, cleanup_on_start)",
+                "extensions.file_storage/q.compaction.on_start: expected true or false, found the string \"maybe\"",
+                "extensions.file_storage/q.directory: must be set: the directory that holds the persistent queues, e.g. /var/lib/tailgate/queue",
+                "extensions.file_storage/q.directory_permissions: invalid mode \"rwx\": write it in octal, e.g. \"0750\"",
+                "extensions.file_storage/q.max_size_mib: must be at least 1",
+            ],
+        ),
+    ];
+    for (case, yaml, expected) in cases {
+        assert_eq!(problems_of(&[&yaml]), expected, "case: {case}");
+    }
 }
 
 /// Scenario: a config with a file_storage extension (every key set) and an exporter whose
@@ -1655,54 +1660,65 @@ fn go_durations() {
 #[test]
 fn endpoints() {
     use super::endpoint::{check_grpc_target, check_listen, check_url};
-    for ok in [
-        "0.0.0.0:4317",
-        ":4317",
-        "[::1]:4317",
-        "[::]:0",
-        "localhost:65535",
-        "my_host:1",
-    ] {
-        assert_eq!(check_listen(ok), Ok(()), "{ok}");
-    }
-    for bad in [
-        "0.0.0.0",
-        "0.0.0.0:",
-        "host:65536",
-        "host:-1",
-        "::1:4317",
-        "[::1:4317",
-        "[zz]:1",
-        "a b:1",
-    ] {
-        assert!(check_listen(bad).is_err(), "{bad:?} should be refused");
-    }
-    for ok in [
-        "tempo:4317",
-        "http://tempo:4317",
-        "https://tempo",
-        "https://[::1]:443",
-    ] {
-        assert_eq!(check_grpc_target(ok), Ok(()), "{ok}");
-    }
-    for bad in [":4317", "tempo", "grpc://tempo:4317", "https://"] {
-        assert!(check_grpc_target(bad).is_err(), "{bad:?} should be refused");
-    }
-    for ok in [
-        "http://tempo:4318",
-        "https://tempo/otlp",
-        "http://10.0.0.1:4318/v1/traces?x=1",
-    ] {
-        assert_eq!(check_url(ok), Ok(()), "{ok}");
-    }
-    for bad in [
-        "tempo:4318",
-        "http://",
-        "http://user:pw@tempo",
-        "http://tempo:x",
-        "http://te mpo",
-    ] {
-        assert!(check_url(bad).is_err(), "{bad:?} should be refused");
+    type Check = fn(&str) -> Result<(), String>;
+    let cases: [(&str, Check, &[&str], &[&str]); 3] = [
+        (
+            "check_listen",
+            check_listen,
+            &[
+                "0.0.0.0:4317",
+                ":4317",
+                "[::1]:4317",
+                "[::]:0",
+                "localhost:65535",
+                "my_host:1",
+            ],
+            &[
+                "0.0.0.0",
+                "0.0.0.0:",
+                "host:65536",
+                "host:-1",
+                "::1:4317",
+                "[::1:4317",
+                "[zz]:1",
+                "a b:1",
+            ],
+        ),
+        (
+            "check_grpc_target",
+            check_grpc_target,
+            &[
+                "tempo:4317",
+                "http://tempo:4317",
+                "https://tempo",
+                "https://[::1]:443",
+            ],
+            &[":4317", "tempo", "grpc://tempo:4317", "https://"],
+        ),
+        (
+            "check_url",
+            check_url,
+            &[
+                "http://tempo:4318",
+                "https://tempo/otlp",
+                "http://10.0.0.1:4318/v1/traces?x=1",
+            ],
+            &[
+                "tempo:4318",
+                "http://",
+                "http://user:pw@tempo",
+                "http://tempo:x",
+                "http://te mpo",
+            ],
+        ),
+    ];
+    for (name, check, accepted, refused) in cases {
+        for ok in accepted {
+            assert_eq!(check(ok), Ok(()), "{name}({ok:?})");
+        }
+        for bad in refused {
+            assert!(check(bad).is_err(), "{name}: {bad:?} should be refused");
+        }
     }
 }
 
