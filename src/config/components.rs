@@ -92,7 +92,7 @@ pub(crate) fn section<T>(
                 ),
             );
         } else {
-            let known: Vec<&str> = section.types().iter().map(|(name, _)| *name).collect();
+            let known: Vec<&str> = section.types().map(|(name, _)| name).collect();
             problems.add(
                 id_path,
                 format!(

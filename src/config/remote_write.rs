@@ -224,8 +224,26 @@ mod tests {
     use crate::config::tests::{MINIMAL, no_env};
     use crate::config::{ExporterConfig, RemoteWriteConfig, load_str_with_env, render};
 
-    fn load(overlay: &str) -> Result<crate::config::Config, String> {
-        load_str_with_env(&[MINIMAL, overlay], &no_env).map_err(|e| e.to_string())
+    /// A `prometheusremotewrite` exporter with only its endpoint.
+    const PLAIN: &str = "
+exporters:
+  prometheusremotewrite:
+    endpoint: http://prometheus:9090/api/v1/write
+";
+
+    /// `MINIMAL` merged with `overlays` in order.
+    fn load(overlays: &[&str]) -> Result<crate::config::Config, String> {
+        let docs: Vec<&str> = [MINIMAL].iter().chain(overlays).copied().collect();
+        load_str_with_env(&docs, &no_env).map_err(|e| e.to_string())
+    }
+
+    /// Renders `config`, asserts that it reads back equal, and returns the text and the
+    /// config read back.
+    fn round_trip(config: &crate::config::Config) -> (String, crate::config::Config) {
+        let text = render(config);
+        let again = load_str_with_env(&[&text], &no_env).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(&again, config, "round trip of:\n{text}");
+        (text, again)
     }
 
     fn remote_write(config: &crate::config::Config, id: &str) -> RemoteWriteConfig {
@@ -246,15 +264,14 @@ mod tests {
     /// on, suffixes on, metadata off, retry 50ms/200ms/1m, timeout 5s, RW 1.0).
     #[test]
     fn defaults_and_alias() {
-        let config = load(
+        let config = load(&[
+            PLAIN,
             "
 exporters:
-  prometheusremotewrite:
-    endpoint: http://prometheus:9090/api/v1/write
   prometheus_remote_write/two:
     endpoint: https://prom.example/api/v1/write
 ",
-        )
+        ])
         .unwrap();
         let rw = remote_write(&config, "prometheusremotewrite");
         assert_eq!(rw.endpoint, "http://prometheus:9090/api/v1/write");
@@ -281,8 +298,7 @@ exporters:
     /// Guarantees: each is reported with its full path.
     #[test]
     fn problems_have_paths() {
-        let error = load(
-            "
+        let error = load(&["
 exporters:
   prometheusremotewrite/bad:
     headers:
@@ -298,8 +314,7 @@ service:
   pipelines:
     traces:
       exporters: [prometheusremotewrite/bad]
-",
-        )
+"])
         .unwrap_err();
         for path in [
             "exporters.prometheusremotewrite/bad.endpoint: must not be empty",
@@ -319,8 +334,7 @@ service:
     /// Guarantees: `load(render(c)) == c`.
     #[test]
     fn render_round_trips() {
-        let config = load(
-            "
+        let config = load(&["
 exporters:
   prometheusremotewrite/prom:
     endpoint: https://prom:9090/api/v1/write
@@ -349,12 +363,9 @@ exporters:
       max_elapsed_time: 0s
     protobuf_message: prometheus.WriteRequest
     compression: snappy
-",
-        )
+"])
         .unwrap();
-        let text = render(&config);
-        let again = load_str_with_env(&[&text], &no_env).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        assert_eq!(again, config);
+        let (_, again) = round_trip(&config);
         let rw = remote_write(&again, "prometheusremotewrite/prom");
         assert_eq!(rw.headers["X-Scope-OrgID"], "tenant-$1");
         assert_eq!(rw.retry_on_failure.max_elapsed_time, None);
@@ -365,23 +376,21 @@ exporters:
     /// Guarantees: it selects remote write 2.0 and survives a render round trip.
     #[test]
     fn remote_write_2_message() {
-        let config = load(
+        let config = load(&[
+            PLAIN,
             "
 exporters:
   prometheusremotewrite:
-    endpoint: http://prometheus:9090/api/v1/write
     protobuf_message: io.prometheus.write.v2.Request
 ",
-        )
+        ])
         .unwrap();
         let rw = remote_write(&config, "prometheusremotewrite");
         assert_eq!(rw.protobuf_message, super::RemoteWriteMessage::V2);
-        let text = render(&config);
+        let (text, _) = round_trip(&config);
         assert!(
             text.contains(r#"protobuf_message: "io.prometheus.write.v2.Request""#),
             "{text}"
         );
-        let again = load_str_with_env(&[&text], &no_env).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        assert_eq!(again, config);
     }
 }

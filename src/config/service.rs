@@ -119,14 +119,19 @@ fn pipelines(
             &["receivers", "processors", "exporters"],
             &[],
         );
-        let receivers = references(
+        // Receivers and exporters may also name connectors, which join two pipelines.
+        let or_connector = |problems: &mut Problems, key: &str, own: (Section, &Declared)| {
+            references(
+                problems,
+                &pipeline,
+                key,
+                &[own, (Section::Connectors, declared.connectors)],
+            )
+        };
+        let receivers = or_connector(
             problems,
-            &pipeline,
             "receivers",
-            &[
-                (Section::Receivers, declared.receivers),
-                (Section::Connectors, declared.connectors),
-            ],
+            (Section::Receivers, declared.receivers),
         );
         let processors = references(
             problems,
@@ -134,14 +139,10 @@ fn pipelines(
             "processors",
             &[(Section::Processors, declared.processors)],
         );
-        let exporters = references(
+        let exporters = or_connector(
             problems,
-            &pipeline,
             "exporters",
-            &[
-                (Section::Exporters, declared.exporters),
-                (Section::Connectors, declared.connectors),
-            ],
+            (Section::Exporters, declared.exporters),
         );
         if signal == Signal::Traces {
             for id in exporters

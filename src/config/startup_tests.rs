@@ -337,7 +337,7 @@ fn every_known_key_is_read() {
         ids::Section::Extensions,
     ] {
         for (written, canonical) in section.types() {
-            let present = section.types().iter().any(|(other, same)| {
+            let present = section.types().any(|(other, same)| {
                 same == canonical
                     && (yaml.contains(&format!("\n  {other}:"))
                         || yaml.contains(&format!("\n  {other}/")))

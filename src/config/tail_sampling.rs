@@ -340,6 +340,12 @@ fn policy_kind(problems: &mut Problems, fields: &Fields<'_>, kind: &str) -> Opti
     }
 }
 
+/// The keys of the settings mapping of policy type `kind`, in the order the reader lists
+/// them; empty for a type without settings. The renderer writes them from here.
+pub(crate) fn settings_keys_of(kind: &str) -> &'static [&'static str] {
+    settings_reader(kind).map_or(&[], |(known, _)| known)
+}
+
 /// Reads the settings mapping of one policy type (the mapping under the key named after
 /// the type). `None` when there is no usable policy (already reported).
 type SettingsReader = fn(&mut Problems, &Fields<'_>) -> Option<PolicyKind>;
