@@ -221,8 +221,8 @@ fn valid_label_name(name: &str) -> bool {
 mod tests {
     use std::time::Duration;
 
-    use crate::config::tests::{MINIMAL, no_env};
-    use crate::config::{ExporterConfig, RemoteWriteConfig, load_str_with_env, render};
+    use crate::config::tests::{MINIMAL, assert_round_trips, no_env};
+    use crate::config::{ExporterConfig, RemoteWriteConfig, load_str_with_env};
 
     /// A `prometheusremotewrite` exporter with only its endpoint.
     const PLAIN: &str = "
@@ -235,15 +235,6 @@ exporters:
     fn load(overlays: &[&str]) -> Result<crate::config::Config, String> {
         let docs: Vec<&str> = [MINIMAL].iter().chain(overlays).copied().collect();
         load_str_with_env(&docs, &no_env).map_err(|e| e.to_string())
-    }
-
-    /// Renders `config`, asserts that it reads back equal, and returns the text and the
-    /// config read back.
-    fn round_trip(config: &crate::config::Config) -> (String, crate::config::Config) {
-        let text = render(config);
-        let again = load_str_with_env(&[&text], &no_env).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        assert_eq!(&again, config, "round trip of:\n{text}");
-        (text, again)
     }
 
     fn remote_write(config: &crate::config::Config, id: &str) -> RemoteWriteConfig {
@@ -365,8 +356,8 @@ exporters:
     compression: snappy
 "])
         .unwrap();
-        let (_, again) = round_trip(&config);
-        let rw = remote_write(&again, "prometheusremotewrite/prom");
+        assert_round_trips(&config);
+        let rw = remote_write(&config, "prometheusremotewrite/prom");
         assert_eq!(rw.headers["X-Scope-OrgID"], "tenant-$1");
         assert_eq!(rw.retry_on_failure.max_elapsed_time, None);
         assert!(!rw.remote_write_queue.enabled);
@@ -387,7 +378,7 @@ exporters:
         .unwrap();
         let rw = remote_write(&config, "prometheusremotewrite");
         assert_eq!(rw.protobuf_message, super::RemoteWriteMessage::V2);
-        let (text, _) = round_trip(&config);
+        let text = assert_round_trips(&config);
         assert!(
             text.contains(r#"protobuf_message: "io.prometheus.write.v2.Request""#),
             "{text}"
