@@ -5,14 +5,11 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
-use super::common::{
-    HeaderRules, MIB, Reader, at_least_one, bytes, headers, listen_endpoint, positive,
-    positive_duration, retry_with, tls_client,
-};
+use super::common::{HeaderRules, MIB, Reader, bytes, headers, retry_with, tls_client};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
-use super::fields::{Fields, NOT_YET, Named as _};
+use super::fields::{Fields, NOT_YET, Named as _, positive};
 use super::ids::{self, Declared, Section};
 use super::tls;
 use super::value::Value;
@@ -167,8 +164,9 @@ fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerCon
             ("middlewares", NOT_YET),
         ],
     );
-    let endpoint =
-        listen_endpoint(problems, &grpc, "endpoint").unwrap_or_else(defaults::grpc_endpoint);
+    let endpoint = grpc
+        .listen_endpoint(problems, "endpoint")
+        .unwrap_or_else(defaults::grpc_endpoint);
     if let Some(transport) = grpc.string(problems, "transport")
         && transport != "tcp"
     {
@@ -246,8 +244,9 @@ fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerCon
             ("idle_timeout", NOT_YET),
         ],
     );
-    let endpoint =
-        listen_endpoint(problems, &http, "endpoint").unwrap_or_else(defaults::http_endpoint);
+    let endpoint = http
+        .listen_endpoint(problems, "endpoint")
+        .unwrap_or_else(defaults::http_endpoint);
     let traces_url_path =
         url_path(problems, &http, "traces_url_path").unwrap_or_else(defaults::traces_url_path);
     let metrics_url_path =
@@ -539,7 +538,8 @@ fn otlp_exporter(problems: &mut Problems, exporter: &Fields<'_>, http: bool) -> 
             },
         ),
         compression: compression(problems, exporter),
-        timeout: positive_duration(problems, exporter, "timeout")
+        timeout: exporter
+            .positive_duration(problems, "timeout")
             .unwrap_or(defaults::EXPORTER_TIMEOUT),
         sending_queue: sending_queue(problems, exporter),
         retry_on_failure: retry(problems, exporter),
@@ -619,13 +619,8 @@ fn sending_queue(problems: &mut Problems, exporter: &Fields<'_>) -> QueueConfig 
         enabled: queue
             .boolean(problems, "enabled")
             .unwrap_or(defaults::QUEUE_ENABLED),
-        queue_size: at_least_one(problems, &queue, "queue_size", defaults::QUEUE_SIZE),
-        num_consumers: at_least_one(
-            problems,
-            &queue,
-            "num_consumers",
-            defaults::QUEUE_NUM_CONSUMERS,
-        ),
+        queue_size: queue.at_least_one(problems, "queue_size", defaults::QUEUE_SIZE),
+        num_consumers: queue.at_least_one(problems, "num_consumers", defaults::QUEUE_NUM_CONSUMERS),
         storage: queue_storage(problems, &queue),
     }
 }
@@ -826,7 +821,8 @@ const HEALTH_CHECK: Reader<ExtensionConfig> = Reader {
 };
 
 fn health_check(problems: &mut Problems, health: &Fields<'_>) -> ExtensionConfig {
-    let endpoint = listen_endpoint(problems, health, "endpoint")
+    let endpoint = health
+        .listen_endpoint(problems, "endpoint")
         .unwrap_or_else(defaults::health_check_endpoint);
     let path = match health.string(problems, "path") {
         Some(path) if path.starts_with('/') && !path.contains(char::is_whitespace) => path,

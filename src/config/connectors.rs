@@ -2,7 +2,7 @@
 
 use std::num::NonZeroUsize;
 
-use super::common::{Reader, positive_duration};
+use super::common::Reader;
 use super::defaults;
 use super::duration;
 use super::error::Problems;
@@ -102,7 +102,8 @@ fn span_metrics(problems: &mut Problems, fields: &Fields<'_>) -> SpanMetricsConf
     let namespace = fields
         .string(problems, "namespace")
         .unwrap_or_else(defaults::span_metrics_namespace);
-    let metrics_flush_interval = positive_duration(problems, fields, "metrics_flush_interval")
+    let metrics_flush_interval = fields
+        .positive_duration(problems, "metrics_flush_interval")
         .unwrap_or(defaults::SPAN_METRICS_FLUSH_INTERVAL);
     if let Some(temporality) = fields.string(problems, "aggregation_temporality") {
         match temporality.as_str() {

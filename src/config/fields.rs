@@ -6,10 +6,12 @@
 //! the default, and since a problem was recorded no configuration is returned.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::rc::Rc;
 use std::time::Duration;
 
 use super::duration;
+use super::endpoint;
 use super::error::{KeyReads, Problems, join};
 use super::value::Value;
 
@@ -39,6 +41,11 @@ macro_rules! named {
     };
 }
 pub(crate) use named;
+
+/// `n` as a count of at least 1; `None` for 0 or a count that does not fit `usize`.
+pub(crate) fn positive(n: u64) -> Option<NonZeroUsize> {
+    usize::try_from(n).ok().and_then(NonZeroUsize::new)
+}
 
 /// The message for a Collector key that tailgate does not implement yet.
 pub(crate) const NOT_YET: &str = "not supported yet by this version of tailgate; remove it";
@@ -262,6 +269,45 @@ impl<'v> Fields<'v> {
                 problems.add(self.key_path(key), message);
                 None
             }
+        }
+    }
+
+    /// A listening `host:port`.
+    pub(crate) fn listen_endpoint(&self, problems: &mut Problems, key: &str) -> Option<String> {
+        let endpoint = self.string(problems, key)?;
+        match endpoint::check_listen(&endpoint) {
+            Ok(()) => Some(endpoint),
+            Err(message) => {
+                problems.add(self.key_path(key), message);
+                None
+            }
+        }
+    }
+
+    /// A duration that must not be zero.
+    pub(crate) fn positive_duration(&self, problems: &mut Problems, key: &str) -> Option<Duration> {
+        let duration = self.duration(problems, key)?;
+        if duration.is_zero() {
+            problems.add(self.key_path(key), "must be greater than 0");
+            return None;
+        }
+        Some(duration)
+    }
+
+    /// A count of at least 1 under `key`; `default` when absent.
+    pub(crate) fn at_least_one(
+        &self,
+        problems: &mut Problems,
+        key: &str,
+        default: usize,
+    ) -> NonZeroUsize {
+        let fallback = NonZeroUsize::new(default).unwrap_or(NonZeroUsize::MIN);
+        match self.uint(problems, key) {
+            None => fallback,
+            Some(n) => positive(n).unwrap_or_else(|| {
+                problems.add(self.key_path(key), "must be at least 1");
+                fallback
+            }),
         }
     }
 

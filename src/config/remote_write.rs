@@ -3,9 +3,7 @@
 
 use std::num::NonZeroUsize;
 
-use super::common::{
-    HeaderRules, Reader, at_least_one, headers, positive_duration, retry_with, tls_client,
-};
+use super::common::{HeaderRules, Reader, headers, retry_with, tls_client};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
@@ -130,12 +128,8 @@ fn exporter(problems: &mut Problems, exporter: &Fields<'_>) -> RemoteWriteConfig
 
     let default_max =
         NonZeroUsize::new(defaults::REMOTE_WRITE_MAX_BATCH_SIZE_BYTES).unwrap_or(NonZeroUsize::MIN);
-    let max_batch_size_bytes = at_least_one(
-        problems,
-        exporter,
-        "max_batch_size_bytes",
-        default_max.get(),
-    );
+    let max_batch_size_bytes =
+        exporter.at_least_one(problems, "max_batch_size_bytes", default_max.get());
 
     let queue = exporter.child(
         problems,
@@ -147,15 +141,9 @@ fn exporter(problems: &mut Problems, exporter: &Fields<'_>) -> RemoteWriteConfig
         enabled: queue
             .boolean(problems, "enabled")
             .unwrap_or(defaults::REMOTE_WRITE_QUEUE_ENABLED),
-        queue_size: at_least_one(
+        queue_size: queue.at_least_one(problems, "queue_size", defaults::REMOTE_WRITE_QUEUE_SIZE),
+        num_consumers: queue.at_least_one(
             problems,
-            &queue,
-            "queue_size",
-            defaults::REMOTE_WRITE_QUEUE_SIZE,
-        ),
-        num_consumers: at_least_one(
-            problems,
-            &queue,
             "num_consumers",
             defaults::REMOTE_WRITE_NUM_CONSUMERS,
         ),
@@ -191,7 +179,8 @@ fn exporter(problems: &mut Problems, exporter: &Fields<'_>) -> RemoteWriteConfig
     RemoteWriteConfig {
         endpoint,
         headers,
-        timeout: positive_duration(problems, exporter, "timeout")
+        timeout: exporter
+            .positive_duration(problems, "timeout")
             .unwrap_or(defaults::REMOTE_WRITE_TIMEOUT),
         tls,
         namespace,

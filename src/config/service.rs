@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use super::common::{listen_endpoint, positive_duration};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
@@ -43,7 +42,8 @@ pub(crate) fn service(
     );
     let pipelines = pipelines(problems, &service, declared);
     let telemetry = telemetry(problems, &service);
-    let shutdown_timeout = positive_duration(problems, &service, "shutdown_timeout")
+    let shutdown_timeout = service
+        .positive_duration(problems, "shutdown_timeout")
         .unwrap_or(defaults::SHUTDOWN_TIMEOUT);
     ServiceConfig {
         extensions,
@@ -310,7 +310,7 @@ fn metrics_address(problems: &mut Problems, telemetry: &Fields<'_>) -> Option<St
             ("detailed", Level::On),
         ],
     );
-    let address = listen_endpoint(problems, &metrics, "address");
+    let address = metrics.listen_endpoint(problems, "address");
     let from_readers = metrics
         .value("readers")
         .and_then(|readers| reader_address(problems, &metrics.key_path("readers"), readers));

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
-use super::common::{Reader, positive_duration};
+use super::common::Reader;
 use super::defaults;
 use super::error::{Problems, join};
 use super::fields::Fields;
@@ -94,7 +94,8 @@ pub(crate) const PROCESSOR: Reader<ProcessorConfig> = Reader {
 };
 
 fn processor(problems: &mut Problems, fields: &Fields<'_>) -> ProcessorConfig {
-    let decision_wait = positive_duration(problems, fields, "decision_wait")
+    let decision_wait = fields
+        .positive_duration(problems, "decision_wait")
         .unwrap_or(defaults::TAIL_DECISION_WAIT);
     let decision_wait_after_root_received = fields
         .duration(problems, "decision_wait_after_root_received")
