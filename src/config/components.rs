@@ -138,32 +138,36 @@ fn otlp_receiver(problems: &mut Problems, otlp: &Fields<'_>) -> ReceiverConfig {
     ReceiverConfig::Otlp(OtlpReceiverConfig { grpc, http })
 }
 
+/// The Collector keys that neither OTLP server (`protocols.grpc`, `protocols.http`)
+/// implements.
+const SERVER_NOT_YET: [(&str, &str); 3] = [
+    ("tls", NOT_YET),
+    ("auth", NOT_YET),
+    ("middlewares", NOT_YET),
+];
+
+/// The keys of `protocols.grpc`.
+const GRPC_KEYS: &[&str] = &[
+    "endpoint",
+    "transport",
+    "max_recv_msg_size_mib",
+    "max_concurrent_streams",
+    "max_concurrent_requests",
+    "read_buffer_size",
+    "write_buffer_size",
+    "include_metadata",
+];
+
+/// The Collector keys of `protocols.grpc` that tailgate does not implement.
+const GRPC_NOT_YET: [(&str, &str); 4] = concat(SERVER_NOT_YET, [("keepalive", NOT_YET)]);
+
 /// `protocols.grpc`.
 ///
 /// `transport` (only `tcp`), `read_buffer_size`, `write_buffer_size` and `include_metadata`
 /// are checked and otherwise have no effect: tonic sizes its own buffers, and no tailgate
 /// component reads client metadata yet.
 fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerConfig {
-    let grpc = protocols.child(
-        problems,
-        "grpc",
-        &[
-            "endpoint",
-            "transport",
-            "max_recv_msg_size_mib",
-            "max_concurrent_streams",
-            "max_concurrent_requests",
-            "read_buffer_size",
-            "write_buffer_size",
-            "include_metadata",
-        ],
-        &[
-            ("tls", NOT_YET),
-            ("auth", NOT_YET),
-            ("keepalive", NOT_YET),
-            ("middlewares", NOT_YET),
-        ],
-    );
+    let grpc = protocols.child(problems, "grpc", GRPC_KEYS, &GRPC_NOT_YET);
     let endpoint = grpc
         .listen_endpoint(problems, "endpoint")
         .unwrap_or_else(defaults::grpc_endpoint);
@@ -217,33 +221,34 @@ fn max_concurrent_requests(problems: &mut Problems, server: &Fields<'_>) -> Opti
     }
 }
 
+/// The keys of `protocols.http`.
+const HTTP_KEYS: &[&str] = &[
+    "endpoint",
+    "traces_url_path",
+    "metrics_url_path",
+    "logs_url_path",
+    "max_request_body_size",
+    "max_concurrent_requests",
+    "cors",
+    "include_metadata",
+];
+
+/// The Collector keys of `protocols.http` that tailgate does not implement.
+const HTTP_NOT_YET: [(&str, &str); 9] = concat(
+    SERVER_NOT_YET,
+    [
+        ("compression_algorithms", NOT_YET),
+        ("response_headers", NOT_YET),
+        ("read_timeout", NOT_YET),
+        ("read_header_timeout", NOT_YET),
+        ("write_timeout", NOT_YET),
+        ("idle_timeout", NOT_YET),
+    ],
+);
+
 /// `protocols.http`. `include_metadata` is checked and has no effect (see [`grpc_server`]).
 fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerConfig {
-    let http = protocols.child(
-        problems,
-        "http",
-        &[
-            "endpoint",
-            "traces_url_path",
-            "metrics_url_path",
-            "logs_url_path",
-            "max_request_body_size",
-            "max_concurrent_requests",
-            "cors",
-            "include_metadata",
-        ],
-        &[
-            ("tls", NOT_YET),
-            ("auth", NOT_YET),
-            ("compression_algorithms", NOT_YET),
-            ("response_headers", NOT_YET),
-            ("middlewares", NOT_YET),
-            ("read_timeout", NOT_YET),
-            ("read_header_timeout", NOT_YET),
-            ("write_timeout", NOT_YET),
-            ("idle_timeout", NOT_YET),
-        ],
-    );
+    let http = protocols.child(problems, "http", HTTP_KEYS, &HTTP_NOT_YET);
     let endpoint = http
         .listen_endpoint(problems, "endpoint")
         .unwrap_or_else(defaults::http_endpoint);
