@@ -2034,12 +2034,12 @@ service: {{pipelines: {{traces: {{receivers: [otlp], processors: [memory_limiter
 
 // === metrics pipelines and connectors ===
 
-/// The Collector gateway config with span metrics before sampling, joined by `forward`.
+/// The Collector gateway config with span metrics before sampling, joined by `forward`
+/// (over `MINIMAL`, whose debug exporter a traces pipeline keeps using).
 const CONNECTED: &str = "
 receivers:
   otlp:
     protocols:
-      grpc:
       http:
 processors:
   tail_sampling:
@@ -2087,7 +2087,7 @@ service:
 /// kept, a cardinality limit of 0 means none; the rendering reads back to the same config.
 #[test]
 fn connectors_and_metrics_pipelines() {
-    let config = load_one(CONNECTED);
+    let config = load_over(CONNECTED);
     let span_metrics = config
         .connectors
         .iter()
