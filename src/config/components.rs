@@ -424,8 +424,9 @@ const OTLP_NOT_YET: [(&str, &str); 3] = [
     ("write_buffer_size", NOT_YET),
 ];
 
-/// `first` followed by `rest`, for key lists that share their tail; `N` is the sum of their
-/// lengths (checked when the constant is evaluated).
+/// `first` followed by `rest`, for key lists that share part of their entries; `N` is the
+/// sum of their lengths and `first` is not empty (both checked when the constant is
+/// evaluated, so a mistake fails the build).
 const fn concat<T: Copy, const A: usize, const B: usize, const N: usize>(
     first: [T; A],
     rest: [T; B],
