@@ -1,19 +1,41 @@
-//! Readers shared by several sections: listening endpoints, durations and counts that
-//! must be positive, sizes, client TLS settings, request headers and retry settings.
+//! Readers shared by several sections: the [`Reader`] every component type is typed with,
+//! sizes, client TLS settings, request headers and retry settings.
 //!
 //! The section readers (`components`, `connectors`, `service`, `tail_sampling`,
 //! `remote_write`, `memory_limiter`) import from here; this module imports nothing above
 //! [`super::fields`], so the readers depend only downward.
 
 use std::collections::BTreeMap;
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::endpoint;
 use super::error::{Problems, join};
 use super::fields::{Fields, NOT_YET};
+use super::value::Value;
 use super::{RetryConfig, TlsClientConfig};
+
+/// How one component type's settings are typed: the keys of its mapping, and the function
+/// that types the opened mapping.
+///
+/// Every component reader starts the same way (open the mapping, reporting unknown and
+/// unsupported keys); [`Reader::read`] is that start, written once.
+pub(crate) struct Reader<T> {
+    /// The keys the type has.
+    pub(crate) known: &'static [&'static str],
+    /// Collector keys tailgate does not implement, each with the message that says so.
+    pub(crate) unsupported: &'static [(&'static str, &'static str)],
+    /// Types the opened mapping; problems are recorded, and defaults stand in for values
+    /// that had them.
+    pub(crate) typed: fn(&mut Problems, &Fields<'_>) -> T,
+}
+
+impl<T> Reader<T> {
+    /// Opens the settings `value` at `path` with this type's keys and types them.
+    pub(crate) fn read(&self, problems: &mut Problems, path: &str, value: Option<&Value>) -> T {
+        let fields = Fields::open(problems, path, value, self.known, self.unsupported);
+        (self.typed)(problems, &fields)
+    }
+}
 
 /// One mebibyte, the unit of the Collector's `*_mib` keys.
 pub(crate) const MIB: u64 = 1024 * 1024;
@@ -95,27 +117,30 @@ pub(crate) fn retry_with(
         ],
         &[],
     );
+    // A key absent (or wrong, already reported) takes its default.
+    let duration = |problems: &mut Problems, key: &str, default: Duration| {
+        retry.duration(problems, key).unwrap_or(default)
+    };
+    let float = |problems: &mut Problems, key: &str, default: f64| {
+        retry.float(problems, key).unwrap_or(default)
+    };
     let config = RetryConfig {
         enabled: retry
             .boolean(problems, "enabled")
             .unwrap_or(default.enabled),
-        initial_interval: retry
-            .duration(problems, "initial_interval")
-            .unwrap_or(default.initial_interval),
-        max_interval: retry
-            .duration(problems, "max_interval")
-            .unwrap_or(default.max_interval),
+        initial_interval: duration(problems, "initial_interval", default.initial_interval),
+        max_interval: duration(problems, "max_interval", default.max_interval),
         max_elapsed_time: match retry.duration(problems, "max_elapsed_time") {
             None => default.max_elapsed_time,
             Some(Duration::ZERO) => None,
             Some(limit) => Some(limit),
         },
-        multiplier: retry
-            .float(problems, "multiplier")
-            .unwrap_or(default.multiplier),
-        randomization_factor: retry
-            .float(problems, "randomization_factor")
-            .unwrap_or(default.randomization_factor),
+        multiplier: float(problems, "multiplier", default.multiplier),
+        randomization_factor: float(
+            problems,
+            "randomization_factor",
+            default.randomization_factor,
+        ),
     };
     if config.enabled {
         if config.initial_interval.is_zero() {
@@ -147,57 +172,6 @@ pub(crate) fn retry_with(
         }
     }
     config
-}
-
-/// A listening `host:port`.
-pub(crate) fn listen_endpoint(
-    problems: &mut Problems,
-    fields: &Fields<'_>,
-    key: &str,
-) -> Option<String> {
-    let endpoint = fields.string(problems, key)?;
-    match endpoint::check_listen(&endpoint) {
-        Ok(()) => Some(endpoint),
-        Err(message) => {
-            problems.add(fields.key_path(key), message);
-            None
-        }
-    }
-}
-
-/// A duration that must not be zero.
-pub(crate) fn positive_duration(
-    problems: &mut Problems,
-    fields: &Fields<'_>,
-    key: &str,
-) -> Option<Duration> {
-    let duration = fields.duration(problems, key)?;
-    if duration.is_zero() {
-        problems.add(fields.key_path(key), "must be greater than 0");
-        return None;
-    }
-    Some(duration)
-}
-
-/// A count of at least 1 under `key`; `default` when absent.
-pub(crate) fn at_least_one(
-    problems: &mut Problems,
-    fields: &Fields<'_>,
-    key: &str,
-    default: usize,
-) -> NonZeroUsize {
-    let fallback = NonZeroUsize::new(default).unwrap_or(NonZeroUsize::MIN);
-    match fields.uint(problems, key) {
-        None => fallback,
-        Some(n) => positive(n).unwrap_or_else(|| {
-            problems.add(fields.key_path(key), "must be at least 1");
-            fallback
-        }),
-    }
-}
-
-pub(crate) fn positive(n: u64) -> Option<NonZeroUsize> {
-    usize::try_from(n).ok().and_then(NonZeroUsize::new)
 }
 
 /// `count * unit` bytes, or a problem when it does not fit in memory sizes.

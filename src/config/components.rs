@@ -5,14 +5,11 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
-use super::common::{
-    HeaderRules, MIB, at_least_one, bytes, headers, listen_endpoint, positive, positive_duration,
-    retry_with, tls_client,
-};
+use super::common::{HeaderRules, MIB, Reader, bytes, headers, retry_with, tls_client};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
-use super::fields::{Fields, NOT_YET};
+use super::fields::{Fields, NOT_YET, Named as _, positive};
 use super::ids::{self, Declared, Section};
 use super::tls;
 use super::value::Value;
@@ -30,13 +27,13 @@ pub(crate) struct Typed<T> {
     pub(crate) declared: Declared,
 }
 
-/// Reads one section, typing with `read` each component of a type tailgate implements.
-/// `read` gets the component's path and value (`None` for `debug:` with no value).
+/// Reads one section, typing each component of a type tailgate implements with the
+/// [`Reader`] that `reader` picks for its id.
 pub(crate) fn section<T>(
     problems: &mut Problems,
     root: &Fields<'_>,
     section: Section,
-    read: fn(&mut Problems, &ComponentId, &str, Option<&Value>) -> T,
+    reader: fn(&ComponentId) -> &'static Reader<T>,
 ) -> Typed<T> {
     let mut typed = Typed {
         components: BTreeMap::new(),
@@ -81,7 +78,7 @@ pub(crate) fn section<T>(
             continue;
         }
         if ids::canonical(section, written_kind).is_some() {
-            let settings = read(problems, &id, &id_path, Some(value));
+            let settings = reader(&id).read(problems, &id_path, Some(value));
             typed.components.insert(id, settings);
         } else if section == Section::Connectors {
             problems.add(
@@ -92,7 +89,7 @@ pub(crate) fn section<T>(
                 ),
             );
         } else {
-            let known: Vec<&str> = section.types().iter().map(|(name, _)| *name).collect();
+            let known: Vec<&str> = section.types().map(|(name, _)| name).collect();
             problems.add(
                 id_path,
                 format!(
@@ -108,14 +105,19 @@ pub(crate) fn section<T>(
 
 // === receivers ===
 
+/// The reader of `receivers.<id>`: `otlp`, the one receiver type.
+pub(crate) fn receiver(_id: &ComponentId) -> &'static Reader<ReceiverConfig> {
+    &OTLP_RECEIVER
+}
+
 /// `receivers.otlp`.
-pub(crate) fn receiver(
-    problems: &mut Problems,
-    _id: &ComponentId,
-    path: &str,
-    value: Option<&Value>,
-) -> ReceiverConfig {
-    let otlp = Fields::open(problems, path, value, &["protocols"], &[]);
+const OTLP_RECEIVER: Reader<ReceiverConfig> = Reader {
+    known: &["protocols"],
+    unsupported: &[],
+    typed: otlp_receiver,
+};
+
+fn otlp_receiver(problems: &mut Problems, otlp: &Fields<'_>) -> ReceiverConfig {
     let protocols = otlp.child(problems, "protocols", &["grpc", "http"], &[]);
     if !protocols.has("grpc")
         && !protocols.has("http")
@@ -136,34 +138,39 @@ pub(crate) fn receiver(
     ReceiverConfig::Otlp(OtlpReceiverConfig { grpc, http })
 }
 
+/// The Collector keys that neither OTLP server (`protocols.grpc`, `protocols.http`)
+/// implements.
+const SERVER_NOT_YET: [(&str, &str); 3] = [
+    ("tls", NOT_YET),
+    ("auth", NOT_YET),
+    ("middlewares", NOT_YET),
+];
+
+/// The keys of `protocols.grpc`.
+const GRPC_KEYS: &[&str] = &[
+    "endpoint",
+    "transport",
+    "max_recv_msg_size_mib",
+    "max_concurrent_streams",
+    "max_concurrent_requests",
+    "read_buffer_size",
+    "write_buffer_size",
+    "include_metadata",
+];
+
+/// The Collector keys of `protocols.grpc` that tailgate does not implement.
+const GRPC_NOT_YET: [(&str, &str); 4] = concat(SERVER_NOT_YET, [("keepalive", NOT_YET)]);
+
 /// `protocols.grpc`.
 ///
 /// `transport` (only `tcp`), `read_buffer_size`, `write_buffer_size` and `include_metadata`
 /// are checked and otherwise have no effect: tonic sizes its own buffers, and no tailgate
 /// component reads client metadata yet.
 fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerConfig {
-    let grpc = protocols.child(
-        problems,
-        "grpc",
-        &[
-            "endpoint",
-            "transport",
-            "max_recv_msg_size_mib",
-            "max_concurrent_streams",
-            "max_concurrent_requests",
-            "read_buffer_size",
-            "write_buffer_size",
-            "include_metadata",
-        ],
-        &[
-            ("tls", NOT_YET),
-            ("auth", NOT_YET),
-            ("keepalive", NOT_YET),
-            ("middlewares", NOT_YET),
-        ],
-    );
-    let endpoint =
-        listen_endpoint(problems, &grpc, "endpoint").unwrap_or_else(defaults::grpc_endpoint);
+    let grpc = protocols.child(problems, "grpc", GRPC_KEYS, &GRPC_NOT_YET);
+    let endpoint = grpc
+        .listen_endpoint(problems, "endpoint")
+        .unwrap_or_else(defaults::grpc_endpoint);
     if let Some(transport) = grpc.string(problems, "transport")
         && transport != "tcp"
     {
@@ -214,35 +221,37 @@ fn max_concurrent_requests(problems: &mut Problems, server: &Fields<'_>) -> Opti
     }
 }
 
+/// The keys of `protocols.http`.
+const HTTP_KEYS: &[&str] = &[
+    "endpoint",
+    "traces_url_path",
+    "metrics_url_path",
+    "logs_url_path",
+    "max_request_body_size",
+    "max_concurrent_requests",
+    "cors",
+    "include_metadata",
+];
+
+/// The Collector keys of `protocols.http` that tailgate does not implement.
+const HTTP_NOT_YET: [(&str, &str); 9] = concat(
+    SERVER_NOT_YET,
+    [
+        ("compression_algorithms", NOT_YET),
+        ("response_headers", NOT_YET),
+        ("read_timeout", NOT_YET),
+        ("read_header_timeout", NOT_YET),
+        ("write_timeout", NOT_YET),
+        ("idle_timeout", NOT_YET),
+    ],
+);
+
 /// `protocols.http`. `include_metadata` is checked and has no effect (see [`grpc_server`]).
 fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerConfig {
-    let http = protocols.child(
-        problems,
-        "http",
-        &[
-            "endpoint",
-            "traces_url_path",
-            "metrics_url_path",
-            "logs_url_path",
-            "max_request_body_size",
-            "max_concurrent_requests",
-            "cors",
-            "include_metadata",
-        ],
-        &[
-            ("tls", NOT_YET),
-            ("auth", NOT_YET),
-            ("compression_algorithms", NOT_YET),
-            ("response_headers", NOT_YET),
-            ("middlewares", NOT_YET),
-            ("read_timeout", NOT_YET),
-            ("read_header_timeout", NOT_YET),
-            ("write_timeout", NOT_YET),
-            ("idle_timeout", NOT_YET),
-        ],
-    );
-    let endpoint =
-        listen_endpoint(problems, &http, "endpoint").unwrap_or_else(defaults::http_endpoint);
+    let http = protocols.child(problems, "http", HTTP_KEYS, &HTTP_NOT_YET);
+    let endpoint = http
+        .listen_endpoint(problems, "endpoint")
+        .unwrap_or_else(defaults::http_endpoint);
     let traces_url_path =
         url_path(problems, &http, "traces_url_path").unwrap_or_else(defaults::traces_url_path);
     let metrics_url_path =
@@ -305,37 +314,31 @@ fn url_path(problems: &mut Problems, fields: &Fields<'_>, key: &str) -> Option<S
 
 // === processors ===
 
-/// `processors.batch`, `processors.tail_sampling` and `processors.memory_limiter`.
-pub(crate) fn processor(
-    problems: &mut Problems,
-    id: &ComponentId,
-    path: &str,
-    value: Option<&Value>,
-) -> ProcessorConfig {
+/// The reader of `processors.<id>`: `batch`, `tail_sampling` or `memory_limiter`.
+pub(crate) fn processor(id: &ComponentId) -> &'static Reader<ProcessorConfig> {
     match id.kind.as_str() {
-        "tail_sampling" => super::tail_sampling::processor(problems, path, value),
-        "memory_limiter" => super::memory_limiter::processor(problems, path, value),
-        _ => batch_processor(problems, path, value),
+        "tail_sampling" => &super::tail_sampling::PROCESSOR,
+        "memory_limiter" => &super::memory_limiter::PROCESSOR,
+        _ => &BATCH,
     }
 }
 
 /// `processors.batch`.
-fn batch_processor(problems: &mut Problems, path: &str, value: Option<&Value>) -> ProcessorConfig {
-    let batch = Fields::open(
-        problems,
-        path,
-        value,
-        &[
-            "send_batch_size",
-            "send_batch_max_size",
-            "timeout",
-            "send_batch_max_size_bytes",
-        ],
-        &[
-            ("metadata_keys", NOT_YET),
-            ("metadata_cardinality_limit", NOT_YET),
-        ],
-    );
+const BATCH: Reader<ProcessorConfig> = Reader {
+    known: &[
+        "send_batch_size",
+        "send_batch_max_size",
+        "timeout",
+        "send_batch_max_size_bytes",
+    ],
+    unsupported: &[
+        ("metadata_keys", NOT_YET),
+        ("metadata_cardinality_limit", NOT_YET),
+    ],
+    typed: batch_processor,
+};
+
+fn batch_processor(problems: &mut Problems, batch: &Fields<'_>) -> ProcessorConfig {
     let default_size =
         NonZeroUsize::new(defaults::BATCH_SEND_BATCH_SIZE).unwrap_or(NonZeroUsize::MIN);
     let send_batch_size = match batch.uint(problems, "send_batch_size") {
@@ -392,67 +395,62 @@ fn batch_processor(problems: &mut Problems, path: &str, value: Option<&Value>) -
 
 // === exporters ===
 
-/// `exporters.otlp`, `exporters.otlphttp` (and their new names) and `exporters.debug`.
-pub(crate) fn exporter(
-    problems: &mut Problems,
-    id: &ComponentId,
-    path: &str,
-    value: Option<&Value>,
-) -> ExporterConfig {
+/// The reader of `exporters.<id>`: `otlp`, `otlphttp` (and their new names), `debug` or
+/// `prometheusremotewrite`.
+pub(crate) fn exporter(id: &ComponentId) -> &'static Reader<ExporterConfig> {
     match id.kind.as_str() {
-        "otlp_http" => ExporterConfig::OtlpHttp(otlp_exporter(problems, path, value, true)),
-        "debug" => ExporterConfig::Debug(debug_exporter(problems, path, value)),
-        "prometheusremotewrite" => ExporterConfig::PrometheusRemoteWrite(
-            super::remote_write::exporter(problems, path, value),
-        ),
-        _ => ExporterConfig::OtlpGrpc(otlp_exporter(problems, path, value, false)),
+        "otlp_http" => &OTLP_HTTP,
+        "debug" => &DEBUG,
+        "prometheusremotewrite" => &super::remote_write::EXPORTER,
+        _ => &OTLP_GRPC,
     }
 }
 
-fn otlp_exporter(
-    problems: &mut Problems,
-    path: &str,
-    value: Option<&Value>,
-    http: bool,
-) -> OtlpExporterConfig {
-    const COMMON: &[&str] = &[
-        "endpoint",
-        "tls",
-        "headers",
-        "compression",
-        "timeout",
-        "sending_queue",
-        "retry_on_failure",
-    ];
-    const HTTP: &[&str] = &[
-        "endpoint",
-        "traces_endpoint",
-        "metrics_endpoint",
-        "tls",
-        "headers",
-        "compression",
-        "timeout",
-        "sending_queue",
-        "retry_on_failure",
-    ];
-    const GRPC_ONLY_HTTP_KEY: &str =
-        "only the otlphttp exporter has traces_endpoint: for otlp, set endpoint";
-    let mut unsupported = vec![
-        ("auth", NOT_YET),
-        ("read_buffer_size", NOT_YET),
-        ("write_buffer_size", NOT_YET),
-    ];
-    if http {
-        unsupported.extend([
-            ("logs_endpoint", NOT_YET),
-            ("encoding", NOT_YET),
-            ("proxy_url", NOT_YET),
-            ("max_idle_conns", NOT_YET),
-            ("idle_conn_timeout", NOT_YET),
-        ]);
-    } else {
-        unsupported.extend([
-            ("traces_endpoint", GRPC_ONLY_HTTP_KEY),
+/// The keys both OTLP exporters have after `endpoint` (and, in `otlphttp`, the per-signal
+/// endpoints).
+const OTLP_KEYS: [&str; 6] = [
+    "tls",
+    "headers",
+    "compression",
+    "timeout",
+    "sending_queue",
+    "retry_on_failure",
+];
+
+/// The Collector keys neither OTLP exporter implements.
+const OTLP_NOT_YET: [(&str, &str); 3] = [
+    ("auth", NOT_YET),
+    ("read_buffer_size", NOT_YET),
+    ("write_buffer_size", NOT_YET),
+];
+
+/// `first` followed by `rest`, for key lists that share part of their entries; `N` is the
+/// sum of their lengths and `first` is not empty (both checked when the constant is
+/// evaluated, so a mistake fails the build).
+const fn concat<T: Copy, const A: usize, const B: usize, const N: usize>(
+    first: [T; A],
+    rest: [T; B],
+) -> [T; N] {
+    assert!(A + B == N, "N must be the sum of the two lengths");
+    let mut all = [first[0]; N];
+    let mut i = 0;
+    while i < N {
+        all[i] = if i < A { first[i] } else { rest[i - A] };
+        i += 1;
+    }
+    all
+}
+
+/// `exporters.otlp` (`otlp_grpc`).
+const OTLP_GRPC: Reader<ExporterConfig> = Reader {
+    known: &concat::<_, 1, 6, 7>(["endpoint"], OTLP_KEYS),
+    unsupported: &concat::<_, 3, 6, 9>(
+        OTLP_NOT_YET,
+        [
+            (
+                "traces_endpoint",
+                "only the otlphttp exporter has traces_endpoint: for otlp, set endpoint",
+            ),
             (
                 "metrics_endpoint",
                 "only the otlphttp exporter has metrics_endpoint: for otlp, set endpoint",
@@ -461,16 +459,31 @@ fn otlp_exporter(
             ("balancer_name", NOT_YET),
             ("authority", NOT_YET),
             ("wait_for_ready", NOT_YET),
-        ]);
-    }
-    let exporter = Fields::open(
-        problems,
-        path,
-        value,
-        if http { HTTP } else { COMMON },
-        &unsupported,
-    );
+        ],
+    ),
+    typed: |problems, fields| ExporterConfig::OtlpGrpc(otlp_exporter(problems, fields, false)),
+};
 
+/// `exporters.otlphttp` (`otlp_http`): the gRPC exporter's keys and the per-signal URLs.
+const OTLP_HTTP: Reader<ExporterConfig> = Reader {
+    known: &concat::<_, 3, 6, 9>(
+        ["endpoint", "traces_endpoint", "metrics_endpoint"],
+        OTLP_KEYS,
+    ),
+    unsupported: &concat::<_, 3, 5, 8>(
+        OTLP_NOT_YET,
+        [
+            ("logs_endpoint", NOT_YET),
+            ("encoding", NOT_YET),
+            ("proxy_url", NOT_YET),
+            ("max_idle_conns", NOT_YET),
+            ("idle_conn_timeout", NOT_YET),
+        ],
+    ),
+    typed: |problems, fields| ExporterConfig::OtlpHttp(otlp_exporter(problems, fields, true)),
+};
+
+fn otlp_exporter(problems: &mut Problems, exporter: &Fields<'_>, http: bool) -> OtlpExporterConfig {
     let endpoint = exporter.string(problems, "endpoint");
     // `None` with a value written: the wrong type, already reported.
     let wrong_type =
@@ -520,23 +533,24 @@ fn otlp_exporter(
         endpoint,
         traces_endpoint,
         metrics_endpoint,
-        tls: tls_client(problems, &exporter),
+        tls: tls_client(problems, exporter),
         headers: headers(
             problems,
-            &exporter,
+            exporter,
             if http {
                 HeaderRules::Http
             } else {
                 HeaderRules::Grpc
             },
         ),
-        compression: compression(problems, &exporter),
-        timeout: positive_duration(problems, &exporter, "timeout")
+        compression: compression(problems, exporter),
+        timeout: exporter
+            .positive_duration(problems, "timeout")
             .unwrap_or(defaults::EXPORTER_TIMEOUT),
-        sending_queue: sending_queue(problems, &exporter),
-        retry_on_failure: retry(problems, &exporter),
+        sending_queue: sending_queue(problems, exporter),
+        retry_on_failure: retry(problems, exporter),
     };
-    otlp_transport(problems, &exporter, &config, http, endpoint_ok);
+    otlp_transport(problems, exporter, &config, http, endpoint_ok);
     config
 }
 
@@ -611,13 +625,8 @@ fn sending_queue(problems: &mut Problems, exporter: &Fields<'_>) -> QueueConfig 
         enabled: queue
             .boolean(problems, "enabled")
             .unwrap_or(defaults::QUEUE_ENABLED),
-        queue_size: at_least_one(problems, &queue, "queue_size", defaults::QUEUE_SIZE),
-        num_consumers: at_least_one(
-            problems,
-            &queue,
-            "num_consumers",
-            defaults::QUEUE_NUM_CONSUMERS,
-        ),
+        queue_size: queue.at_least_one(problems, "queue_size", defaults::QUEUE_SIZE),
+        num_consumers: queue.at_least_one(problems, "num_consumers", defaults::QUEUE_NUM_CONSUMERS),
         storage: queue_storage(problems, &queue),
     }
 }
@@ -645,28 +654,15 @@ fn retry(problems: &mut Problems, exporter: &Fields<'_>) -> RetryConfig {
 
 /// `exporters.debug`. `sampling_initial` and `sampling_thereafter` are checked and have no
 /// effect: tailgate's debug exporter prints every batch.
-fn debug_exporter(
-    problems: &mut Problems,
-    path: &str,
-    value: Option<&Value>,
-) -> DebugExporterConfig {
-    let debug = Fields::open(
-        problems,
-        path,
-        value,
-        &["verbosity", "sampling_initial", "sampling_thereafter"],
-        &[("use_internal_logger", NOT_YET)],
-    );
+const DEBUG: Reader<ExporterConfig> = Reader {
+    known: &["verbosity", "sampling_initial", "sampling_thereafter"],
+    unsupported: &[("use_internal_logger", NOT_YET)],
+    typed: |problems, fields| ExporterConfig::Debug(debug_exporter(problems, fields)),
+};
+
+fn debug_exporter(problems: &mut Problems, debug: &Fields<'_>) -> DebugExporterConfig {
     let verbosity = debug
-        .choice(
-            problems,
-            "verbosity",
-            &[
-                ("basic", Verbosity::Basic),
-                ("normal", Verbosity::Normal),
-                ("detailed", Verbosity::Detailed),
-            ],
-        )
+        .choice(problems, "verbosity", Verbosity::NAMES)
         .unwrap_or(defaults::DEBUG_VERBOSITY);
     debug.uint(problems, "sampling_initial");
     debug.uint(problems, "sampling_thereafter");
@@ -675,37 +671,31 @@ fn debug_exporter(
 
 // === extensions ===
 
-/// `extensions.<type>`.
-pub(crate) fn extension(
-    problems: &mut Problems,
-    id: &ComponentId,
-    path: &str,
-    value: Option<&Value>,
-) -> ExtensionConfig {
+/// The reader of `extensions.<id>`: `health_check` or `file_storage`.
+pub(crate) fn extension(id: &ComponentId) -> &'static Reader<ExtensionConfig> {
     match id.kind.as_str() {
-        "file_storage" => ExtensionConfig::FileStorage(file_storage(problems, path, value)),
-        _ => health_check(problems, path, value),
+        "file_storage" => &FILE_STORAGE,
+        _ => &HEALTH_CHECK,
     }
 }
 
 /// `extensions.file_storage`. The `compaction` keys are checked and have no effect (see
 /// [`FileStorageConfig`]).
-fn file_storage(problems: &mut Problems, path: &str, value: Option<&Value>) -> FileStorageConfig {
-    let storage = Fields::open(
-        problems,
-        path,
-        value,
-        &[
-            "directory",
-            "create_directory",
-            "directory_permissions",
-            "timeout",
-            "fsync",
-            "compaction",
-            "max_size_mib",
-        ],
-        &[],
-    );
+const FILE_STORAGE: Reader<ExtensionConfig> = Reader {
+    known: &[
+        "directory",
+        "create_directory",
+        "directory_permissions",
+        "timeout",
+        "fsync",
+        "compaction",
+        "max_size_mib",
+    ],
+    unsupported: &[],
+    typed: |problems, fields| ExtensionConfig::FileStorage(file_storage(problems, fields)),
+};
+
+fn file_storage(problems: &mut Problems, storage: &Fields<'_>) -> FileStorageConfig {
     let compaction = storage.child(
         problems,
         "compaction",
@@ -825,20 +815,20 @@ fn check_storage_directory(problems: &mut Problems, path: &str, directory: &Path
 }
 
 /// `extensions.health_check`.
-fn health_check(problems: &mut Problems, path: &str, value: Option<&Value>) -> ExtensionConfig {
-    let health = Fields::open(
-        problems,
-        path,
-        value,
-        &["endpoint", "path"],
-        &[
-            ("tls", NOT_YET),
-            ("auth", NOT_YET),
-            ("response_body", NOT_YET),
-            ("check_collector_pipeline", NOT_YET),
-        ],
-    );
-    let endpoint = listen_endpoint(problems, &health, "endpoint")
+const HEALTH_CHECK: Reader<ExtensionConfig> = Reader {
+    known: &["endpoint", "path"],
+    unsupported: &[
+        ("tls", NOT_YET),
+        ("auth", NOT_YET),
+        ("response_body", NOT_YET),
+        ("check_collector_pipeline", NOT_YET),
+    ],
+    typed: health_check,
+};
+
+fn health_check(problems: &mut Problems, health: &Fields<'_>) -> ExtensionConfig {
+    let endpoint = health
+        .listen_endpoint(problems, "endpoint")
         .unwrap_or_else(defaults::health_check_endpoint);
     let path = match health.string(problems, "path") {
         Some(path) if path.starts_with('/') && !path.contains(char::is_whitespace) => path,

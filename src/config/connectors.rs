@@ -2,11 +2,11 @@
 
 use std::num::NonZeroUsize;
 
-use super::common::positive_duration;
+use super::common::Reader;
 use super::defaults;
 use super::duration;
 use super::error::Problems;
-use super::fields::{Fields, NOT_YET};
+use super::fields::{Fields, NOT_YET, Named as _};
 use super::value::Value;
 use super::{ComponentId, ConnectorConfig, HistogramUnit, SpanMetricsConfig, SpanMetricsDimension};
 
@@ -14,54 +14,52 @@ use super::{ComponentId, ConnectorConfig, HistogramUnit, SpanMetricsConfig, Span
 pub(crate) const DEFAULT_DIMENSIONS: [&str; 4] =
     ["service.name", "span.name", "span.kind", "status.code"];
 
-/// `connectors.<id>`.
-pub(crate) fn connector(
-    problems: &mut Problems,
-    id: &ComponentId,
-    path: &str,
-    value: Option<&Value>,
-) -> ConnectorConfig {
+/// The reader of `connectors.<id>`: `spanmetrics` or `forward`.
+pub(crate) fn connector(id: &ComponentId) -> &'static Reader<ConnectorConfig> {
     match id.kind.as_str() {
-        "spanmetrics" => ConnectorConfig::SpanMetrics(span_metrics(problems, path, value)),
-        _ => {
-            Fields::open(problems, path, value, &[], &[]);
-            ConnectorConfig::Forward
-        }
+        "spanmetrics" => &SPAN_METRICS,
+        _ => &FORWARD,
     }
 }
+
+/// `connectors.forward`, which has no settings.
+const FORWARD: Reader<ConnectorConfig> = Reader {
+    known: &[],
+    unsupported: &[],
+    typed: |_, _| ConnectorConfig::Forward,
+};
 
 /// `connectors.spanmetrics`.
 ///
 /// `resource_metrics_cache_size` and `metrics_expiration: 0` are checked and have no effect:
 /// tailgate keeps every resource's series (bounded by `aggregation_cardinality_limit`) and
 /// never expires them.
-fn span_metrics(problems: &mut Problems, path: &str, value: Option<&Value>) -> SpanMetricsConfig {
-    let fields = Fields::open(
-        problems,
-        path,
-        value,
-        &[
-            "histogram",
-            "dimensions",
-            "exclude_dimensions",
-            "namespace",
-            "metrics_flush_interval",
-            "aggregation_temporality",
-            "exemplars",
-            "resource_metrics_key_attributes",
-            "dimensions_cache_size",
-            "resource_metrics_cache_size",
-            "aggregation_cardinality_limit",
-            "metrics_expiration",
-        ],
-        &[
-            ("events", NOT_YET),
-            ("delta_temporality", NOT_YET),
-            ("include_instrumentation_scope", NOT_YET),
-            ("add_resource_attributes", NOT_YET),
-            ("metric_timestamp_cache_size", NOT_YET),
-        ],
-    );
+const SPAN_METRICS: Reader<ConnectorConfig> = Reader {
+    known: &[
+        "histogram",
+        "dimensions",
+        "exclude_dimensions",
+        "namespace",
+        "metrics_flush_interval",
+        "aggregation_temporality",
+        "exemplars",
+        "resource_metrics_key_attributes",
+        "dimensions_cache_size",
+        "resource_metrics_cache_size",
+        "aggregation_cardinality_limit",
+        "metrics_expiration",
+    ],
+    unsupported: &[
+        ("events", NOT_YET),
+        ("delta_temporality", NOT_YET),
+        ("include_instrumentation_scope", NOT_YET),
+        ("add_resource_attributes", NOT_YET),
+        ("metric_timestamp_cache_size", NOT_YET),
+    ],
+    typed: |problems, fields| ConnectorConfig::SpanMetrics(span_metrics(problems, fields)),
+};
+
+fn span_metrics(problems: &mut Problems, fields: &Fields<'_>) -> SpanMetricsConfig {
     let histogram = fields.child(
         problems,
         "histogram",
@@ -70,19 +68,12 @@ fn span_metrics(problems: &mut Problems, path: &str, value: Option<&Value>) -> S
     );
     let histogram_disabled = histogram.boolean(problems, "disable").unwrap_or(false);
     let histogram_unit = histogram
-        .choice(
-            problems,
-            "unit",
-            &[
-                ("ms", HistogramUnit::Milliseconds),
-                ("s", HistogramUnit::Seconds),
-            ],
-        )
+        .choice(problems, "unit", HistogramUnit::NAMES)
         .unwrap_or(HistogramUnit::Milliseconds);
     let explicit = histogram.child(problems, "explicit", &["buckets"], &[]);
     let histogram_buckets = buckets(problems, &explicit).unwrap_or_else(defaults::span_buckets);
 
-    let dimensions = dimensions(problems, &fields);
+    let dimensions = dimensions(problems, fields);
     let exclude_dimensions = fields
         .strings(problems, "exclude_dimensions")
         .unwrap_or_default();
@@ -111,7 +102,8 @@ fn span_metrics(problems: &mut Problems, path: &str, value: Option<&Value>) -> S
     let namespace = fields
         .string(problems, "namespace")
         .unwrap_or_else(defaults::span_metrics_namespace);
-    let metrics_flush_interval = positive_duration(problems, &fields, "metrics_flush_interval")
+    let metrics_flush_interval = fields
+        .positive_duration(problems, "metrics_flush_interval")
         .unwrap_or(defaults::SPAN_METRICS_FLUSH_INTERVAL);
     if let Some(temporality) = fields.string(problems, "aggregation_temporality") {
         match temporality.as_str() {

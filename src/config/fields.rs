@@ -6,12 +6,46 @@
 //! the default, and since a problem was recorded no configuration is returned.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::rc::Rc;
 use std::time::Duration;
 
 use super::duration;
+use super::endpoint;
 use super::error::{KeyReads, Problems, join};
 use super::value::Value;
+
+/// An enum written in the config as one of a fixed set of words.
+///
+/// The one table of words is what [`Fields::choice`] reads and what the renderer writes, so
+/// the two cannot disagree.
+pub(crate) trait Named: Copy + PartialEq + 'static {
+    /// Every value with the word that names it, in the order messages list them.
+    const NAMES: &'static [(&'static str, Self)];
+
+    /// The word that names `self`.
+    fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, value)| *value == self)
+            .map_or("", |(name, _)| name)
+    }
+}
+
+/// Implements [`Named`] for a fieldless enum: `named!(Enum { "word" => Variant, ... })`.
+macro_rules! named {
+    ($ty:ident { $($name:literal => $variant:ident),+ $(,)? }) => {
+        impl $crate::config::fields::Named for $ty {
+            const NAMES: &'static [(&'static str, Self)] = &[$(($name, $ty::$variant)),+];
+        }
+    };
+}
+pub(crate) use named;
+
+/// `n` as a count of at least 1; `None` for 0 or a count that does not fit `usize`.
+pub(crate) fn positive(n: u64) -> Option<NonZeroUsize> {
+    usize::try_from(n).ok().and_then(NonZeroUsize::new)
+}
 
 /// The message for a Collector key that tailgate does not implement yet.
 pub(crate) const NOT_YET: &str = "not supported yet by this version of tailgate; remove it";
@@ -235,6 +269,45 @@ impl<'v> Fields<'v> {
                 problems.add(self.key_path(key), message);
                 None
             }
+        }
+    }
+
+    /// A listening `host:port`.
+    pub(crate) fn listen_endpoint(&self, problems: &mut Problems, key: &str) -> Option<String> {
+        let endpoint = self.string(problems, key)?;
+        match endpoint::check_listen(&endpoint) {
+            Ok(()) => Some(endpoint),
+            Err(message) => {
+                problems.add(self.key_path(key), message);
+                None
+            }
+        }
+    }
+
+    /// A duration that must not be zero.
+    pub(crate) fn positive_duration(&self, problems: &mut Problems, key: &str) -> Option<Duration> {
+        let duration = self.duration(problems, key)?;
+        if duration.is_zero() {
+            problems.add(self.key_path(key), "must be greater than 0");
+            return None;
+        }
+        Some(duration)
+    }
+
+    /// A count of at least 1 under `key`; `default` when absent.
+    pub(crate) fn at_least_one(
+        &self,
+        problems: &mut Problems,
+        key: &str,
+        default: usize,
+    ) -> NonZeroUsize {
+        let fallback = NonZeroUsize::new(default).unwrap_or(NonZeroUsize::MIN);
+        match self.uint(problems, key) {
+            None => fallback,
+            Some(n) => positive(n).unwrap_or_else(|| {
+                problems.add(self.key_path(key), "must be at least 1");
+                fallback
+            }),
         }
     }
 

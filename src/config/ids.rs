@@ -42,45 +42,51 @@ impl Section {
         }
     }
 
-    /// The types tailgate implements, as `(type as written, canonical type)`. Aliases map to
-    /// the Collector's current name (`otlp` → `otlp_grpc`, `otlphttp` → `otlp_http`).
-    pub(crate) fn types(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            Section::Receivers => &[("otlp", "otlp")],
-            Section::Processors => &[
-                ("batch", "batch"),
-                ("memory_limiter", "memory_limiter"),
-                ("tail_sampling", "tail_sampling"),
-            ],
-            Section::Exporters => &[
-                ("otlp", "otlp_grpc"),
-                ("otlp_grpc", "otlp_grpc"),
-                ("otlphttp", "otlp_http"),
-                ("otlp_http", "otlp_http"),
-                ("debug", "debug"),
-                ("prometheusremotewrite", "prometheusremotewrite"),
-                ("prometheus_remote_write", "prometheusremotewrite"),
-            ],
-            Section::Connectors => &[
-                ("forward", "forward"),
-                ("spanmetrics", "spanmetrics"),
-                ("span_metrics", "spanmetrics"),
-            ],
-            Section::Extensions => &[
-                ("health_check", "health_check"),
-                ("file_storage", "file_storage"),
-            ],
-        }
+    /// The types tailgate implements in this section, as `(type as written, canonical
+    /// type)`, from [`TYPES`].
+    pub(crate) fn types(self) -> impl Iterator<Item = (&'static str, &'static str)> {
+        TYPES
+            .iter()
+            .filter(move |(section, _, _)| *section == self)
+            .map(|&(_, written, canonical)| (written, canonical))
     }
 }
+
+/// The types tailgate implements, as `(section, type as written, canonical type)`. Aliases
+/// map to the Collector's current name (`otlp` → `otlp_grpc`, `otlphttp` → `otlp_http`).
+const TYPES: &[(Section, &str, &str)] = &[
+    (Section::Receivers, "otlp", "otlp"),
+    (Section::Processors, "batch", "batch"),
+    (Section::Processors, "memory_limiter", "memory_limiter"),
+    (Section::Processors, "tail_sampling", "tail_sampling"),
+    (Section::Exporters, "otlp", "otlp_grpc"),
+    (Section::Exporters, "otlp_grpc", "otlp_grpc"),
+    (Section::Exporters, "otlphttp", "otlp_http"),
+    (Section::Exporters, "otlp_http", "otlp_http"),
+    (Section::Exporters, "debug", "debug"),
+    (
+        Section::Exporters,
+        "prometheusremotewrite",
+        "prometheusremotewrite",
+    ),
+    (
+        Section::Exporters,
+        "prometheus_remote_write",
+        "prometheusremotewrite",
+    ),
+    (Section::Connectors, "forward", "forward"),
+    (Section::Connectors, "spanmetrics", "spanmetrics"),
+    (Section::Connectors, "span_metrics", "spanmetrics"),
+    (Section::Extensions, "health_check", "health_check"),
+    (Section::Extensions, "file_storage", "file_storage"),
+];
 
 /// The canonical type for `kind` in `section`, when tailgate implements it.
 pub(crate) fn canonical(section: Section, kind: &str) -> Option<&'static str> {
     section
         .types()
-        .iter()
         .find(|(written, _)| *written == kind)
-        .map(|(_, canonical)| *canonical)
+        .map(|(_, canonical)| canonical)
 }
 
 /// Parses `type` or `type/name`. The first `/` splits type and name, so the name may itself

@@ -2,35 +2,29 @@
 
 use std::time::Duration;
 
-use super::common::MIB;
+use super::common::{MIB, Reader};
 use super::error::Problems;
 use super::fields::Fields;
-use super::value::Value;
 use super::{MemoryAmount, MemoryLimiterConfig, ProcessorConfig};
 
 /// `processors.memory_limiter`.
-pub(crate) fn processor(
-    problems: &mut Problems,
-    path: &str,
-    value: Option<&Value>,
-) -> ProcessorConfig {
-    let fields = Fields::open(
-        problems,
-        path,
-        value,
-        &[
-            "check_interval",
-            "limit_mib",
-            "spike_limit_mib",
-            "limit_percentage",
-            "spike_limit_percentage",
-            "min_gc_interval_when_soft_limited",
-            "min_gc_interval_when_hard_limited",
-            "max_gc_interval_when_soft_limited",
-            "max_gc_interval_when_hard_limited",
-        ],
-        &[],
-    );
+pub(crate) const PROCESSOR: Reader<ProcessorConfig> = Reader {
+    known: &[
+        "check_interval",
+        "limit_mib",
+        "spike_limit_mib",
+        "limit_percentage",
+        "spike_limit_percentage",
+        "min_gc_interval_when_soft_limited",
+        "min_gc_interval_when_hard_limited",
+        "max_gc_interval_when_soft_limited",
+        "max_gc_interval_when_hard_limited",
+    ],
+    unsupported: &[],
+    typed: processor,
+};
+
+fn processor(problems: &mut Problems, fields: &Fields<'_>) -> ProcessorConfig {
     let check_interval = match fields.duration(problems, "check_interval") {
         Some(interval) if !interval.is_zero() => interval,
         Some(_) | None => {
@@ -57,14 +51,14 @@ pub(crate) fn processor(
     let spike_mib = fields
         .uint(problems, "spike_limit_mib")
         .filter(|&mib| mib > 0);
-    let limit_percentage = percentage(problems, &fields, "limit_percentage");
-    let spike_percentage = percentage(problems, &fields, "spike_limit_percentage");
+    let limit_percentage = percentage(problems, fields, "limit_percentage");
+    let spike_percentage = percentage(problems, fields, "spike_limit_percentage");
 
     // As in the Collector, limit_mib takes precedence over limit_percentage.
     let (limit, spike) = match (limit_mib, limit_percentage) {
         (Some(mib), _) => {
             let spike = spike_mib.map(|spike| {
-                MemoryAmount::Bytes(mebibytes(problems, &fields, "spike_limit_mib", spike))
+                MemoryAmount::Bytes(mebibytes(problems, fields, "spike_limit_mib", spike))
             });
             if let Some(spike) = spike_mib
                 && spike >= mib
@@ -75,7 +69,7 @@ pub(crate) fn processor(
                 );
             }
             (
-                MemoryAmount::Bytes(mebibytes(problems, &fields, "limit_mib", mib)),
+                MemoryAmount::Bytes(mebibytes(problems, fields, "limit_mib", mib)),
                 spike,
             )
         }

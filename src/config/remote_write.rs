@@ -3,16 +3,13 @@
 
 use std::num::NonZeroUsize;
 
-use super::common::{
-    HeaderRules, at_least_one, headers, positive_duration, retry_with, tls_client,
-};
+use super::common::{HeaderRules, Reader, headers, retry_with, tls_client};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
 use super::fields::{Fields, NOT_YET};
 use super::tls;
-use super::value::Value;
-use super::{QueueConfig, RemoteWriteConfig, RemoteWriteMessage};
+use super::{ExporterConfig, QueueConfig, RemoteWriteConfig, RemoteWriteMessage};
 
 /// Headers the remote-write protocol reserves; `headers` may not set them.
 pub(crate) const RESERVED_HEADERS: [&str; 4] = [
@@ -29,54 +26,48 @@ pub(crate) const MESSAGE_V1: &str = "prometheus.WriteRequest";
 pub(crate) const MESSAGE_V2: &str = "io.prometheus.write.v2.Request";
 
 /// `exporters.prometheusremotewrite`.
-pub(crate) fn exporter(
-    problems: &mut Problems,
-    path: &str,
-    value: Option<&Value>,
-) -> RemoteWriteConfig {
-    let exporter = Fields::open(
-        problems,
-        path,
-        value,
-        &[
-            "endpoint",
-            "headers",
-            "timeout",
-            "tls",
-            "namespace",
-            "external_labels",
-            "resource_to_telemetry_conversion",
-            "target_info",
-            "add_metric_suffixes",
-            "send_metadata",
-            "max_batch_size_bytes",
-            "remote_write_queue",
-            "retry_on_failure",
-            "protobuf_message",
-            "compression",
-        ],
-        &[
-            ("http", NOT_YET),
-            ("auth", NOT_YET),
-            ("wal", NOT_YET),
-            ("export_created_metric", NOT_YET),
-            ("disable_scope_info", NOT_YET),
-            ("translation_strategy", NOT_YET),
-            ("resource_constant_labels", NOT_YET),
-            ("max_batch_request_parallelism", NOT_YET),
-            ("convert_explicit_histograms_to_nhcb", NOT_YET),
-            ("keep_classic_histograms", NOT_YET),
-            ("include_metadata_keys", NOT_YET),
-            (
-                "sending_queue",
-                "this exporter's queue is `remote_write_queue`",
-            ),
-            ("proxy_url", NOT_YET),
-            ("read_buffer_size", NOT_YET),
-            ("write_buffer_size", NOT_YET),
-        ],
-    );
+pub(crate) const EXPORTER: Reader<ExporterConfig> = Reader {
+    known: &[
+        "endpoint",
+        "headers",
+        "timeout",
+        "tls",
+        "namespace",
+        "external_labels",
+        "resource_to_telemetry_conversion",
+        "target_info",
+        "add_metric_suffixes",
+        "send_metadata",
+        "max_batch_size_bytes",
+        "remote_write_queue",
+        "retry_on_failure",
+        "protobuf_message",
+        "compression",
+    ],
+    unsupported: &[
+        ("http", NOT_YET),
+        ("auth", NOT_YET),
+        ("wal", NOT_YET),
+        ("export_created_metric", NOT_YET),
+        ("disable_scope_info", NOT_YET),
+        ("translation_strategy", NOT_YET),
+        ("resource_constant_labels", NOT_YET),
+        ("max_batch_request_parallelism", NOT_YET),
+        ("convert_explicit_histograms_to_nhcb", NOT_YET),
+        ("keep_classic_histograms", NOT_YET),
+        ("include_metadata_keys", NOT_YET),
+        (
+            "sending_queue",
+            "this exporter's queue is `remote_write_queue`",
+        ),
+        ("proxy_url", NOT_YET),
+        ("read_buffer_size", NOT_YET),
+        ("write_buffer_size", NOT_YET),
+    ],
+    typed: |problems, fields| ExporterConfig::PrometheusRemoteWrite(exporter(problems, fields)),
+};
 
+fn exporter(problems: &mut Problems, exporter: &Fields<'_>) -> RemoteWriteConfig {
     let endpoint = exporter.string(problems, "endpoint");
     let wrong_type =
         exporter.wrong_type() || (endpoint.is_none() && exporter.value("endpoint").is_some());
@@ -93,7 +84,7 @@ pub(crate) fn exporter(
         problems.add(exporter.key_path("endpoint"), message);
     }
 
-    let headers = headers(problems, &exporter, HeaderRules::Http);
+    let headers = headers(problems, exporter, HeaderRules::Http);
     for name in headers.keys() {
         if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
             problems.add(
@@ -137,12 +128,8 @@ pub(crate) fn exporter(
 
     let default_max =
         NonZeroUsize::new(defaults::REMOTE_WRITE_MAX_BATCH_SIZE_BYTES).unwrap_or(NonZeroUsize::MIN);
-    let max_batch_size_bytes = at_least_one(
-        problems,
-        &exporter,
-        "max_batch_size_bytes",
-        default_max.get(),
-    );
+    let max_batch_size_bytes =
+        exporter.at_least_one(problems, "max_batch_size_bytes", default_max.get());
 
     let queue = exporter.child(
         problems,
@@ -154,15 +141,9 @@ pub(crate) fn exporter(
         enabled: queue
             .boolean(problems, "enabled")
             .unwrap_or(defaults::REMOTE_WRITE_QUEUE_ENABLED),
-        queue_size: at_least_one(
+        queue_size: queue.at_least_one(problems, "queue_size", defaults::REMOTE_WRITE_QUEUE_SIZE),
+        num_consumers: queue.at_least_one(
             problems,
-            &queue,
-            "queue_size",
-            defaults::REMOTE_WRITE_QUEUE_SIZE,
-        ),
-        num_consumers: at_least_one(
-            problems,
-            &queue,
             "num_consumers",
             defaults::REMOTE_WRITE_NUM_CONSUMERS,
         ),
@@ -191,14 +172,15 @@ pub(crate) fn exporter(
         );
     }
 
-    let tls = tls_client(problems, &exporter);
+    let tls = tls_client(problems, exporter);
     // The exporter loads the TLS files whatever the URL's scheme.
     tls::check_files(problems, &exporter.key_path("tls"), &tls);
 
     RemoteWriteConfig {
         endpoint,
         headers,
-        timeout: positive_duration(problems, &exporter, "timeout")
+        timeout: exporter
+            .positive_duration(problems, "timeout")
             .unwrap_or(defaults::REMOTE_WRITE_TIMEOUT),
         tls,
         namespace,
@@ -211,7 +193,7 @@ pub(crate) fn exporter(
         send_metadata: exporter.boolean(problems, "send_metadata").unwrap_or(false),
         max_batch_size_bytes,
         remote_write_queue,
-        retry_on_failure: retry_with(problems, &exporter, &defaults::REMOTE_WRITE_RETRY),
+        retry_on_failure: retry_with(problems, exporter, &defaults::REMOTE_WRITE_RETRY),
         protobuf_message,
     }
 }
@@ -228,11 +210,20 @@ fn valid_label_name(name: &str) -> bool {
 mod tests {
     use std::time::Duration;
 
-    use crate::config::tests::{MINIMAL, no_env};
-    use crate::config::{ExporterConfig, RemoteWriteConfig, load_str_with_env, render};
+    use crate::config::tests::{MINIMAL, assert_round_trips, no_env};
+    use crate::config::{ExporterConfig, RemoteWriteConfig, load_str_with_env};
 
-    fn load(overlay: &str) -> Result<crate::config::Config, String> {
-        load_str_with_env(&[MINIMAL, overlay], &no_env).map_err(|e| e.to_string())
+    /// A `prometheusremotewrite` exporter with only its endpoint.
+    const PLAIN: &str = "
+exporters:
+  prometheusremotewrite:
+    endpoint: http://prometheus:9090/api/v1/write
+";
+
+    /// `MINIMAL` merged with `overlays` in order.
+    fn load(overlays: &[&str]) -> Result<crate::config::Config, String> {
+        let docs: Vec<&str> = [MINIMAL].iter().chain(overlays).copied().collect();
+        load_str_with_env(&docs, &no_env).map_err(|e| e.to_string())
     }
 
     fn remote_write(config: &crate::config::Config, id: &str) -> RemoteWriteConfig {
@@ -253,15 +244,14 @@ mod tests {
     /// on, suffixes on, metadata off, retry 50ms/200ms/1m, timeout 5s, RW 1.0).
     #[test]
     fn defaults_and_alias() {
-        let config = load(
+        let config = load(&[
+            PLAIN,
             "
 exporters:
-  prometheusremotewrite:
-    endpoint: http://prometheus:9090/api/v1/write
   prometheus_remote_write/two:
     endpoint: https://prom.example/api/v1/write
 ",
-        )
+        ])
         .unwrap();
         let rw = remote_write(&config, "prometheusremotewrite");
         assert_eq!(rw.endpoint, "http://prometheus:9090/api/v1/write");
@@ -288,8 +278,7 @@ exporters:
     /// Guarantees: each is reported with its full path.
     #[test]
     fn problems_have_paths() {
-        let error = load(
-            "
+        let error = load(&["
 exporters:
   prometheusremotewrite/bad:
     headers:
@@ -305,8 +294,7 @@ service:
   pipelines:
     traces:
       exporters: [prometheusremotewrite/bad]
-",
-        )
+"])
         .unwrap_err();
         for path in [
             "exporters.prometheusremotewrite/bad.endpoint: must not be empty",
@@ -326,8 +314,7 @@ service:
     /// Guarantees: `load(render(c)) == c`.
     #[test]
     fn render_round_trips() {
-        let config = load(
-            "
+        let config = load(&["
 exporters:
   prometheusremotewrite/prom:
     endpoint: https://prom:9090/api/v1/write
@@ -356,13 +343,10 @@ exporters:
       max_elapsed_time: 0s
     protobuf_message: prometheus.WriteRequest
     compression: snappy
-",
-        )
+"])
         .unwrap();
-        let text = render(&config);
-        let again = load_str_with_env(&[&text], &no_env).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        assert_eq!(again, config);
-        let rw = remote_write(&again, "prometheusremotewrite/prom");
+        assert_round_trips(&config);
+        let rw = remote_write(&config, "prometheusremotewrite/prom");
         assert_eq!(rw.headers["X-Scope-OrgID"], "tenant-$1");
         assert_eq!(rw.retry_on_failure.max_elapsed_time, None);
         assert!(!rw.remote_write_queue.enabled);
@@ -372,23 +356,21 @@ exporters:
     /// Guarantees: it selects remote write 2.0 and survives a render round trip.
     #[test]
     fn remote_write_2_message() {
-        let config = load(
+        let config = load(&[
+            PLAIN,
             "
 exporters:
   prometheusremotewrite:
-    endpoint: http://prometheus:9090/api/v1/write
     protobuf_message: io.prometheus.write.v2.Request
 ",
-        )
+        ])
         .unwrap();
         let rw = remote_write(&config, "prometheusremotewrite");
         assert_eq!(rw.protobuf_message, super::RemoteWriteMessage::V2);
-        let text = render(&config);
+        let text = assert_round_trips(&config);
         assert!(
             text.contains(r#"protobuf_message: "io.prometheus.write.v2.Request""#),
             "{text}"
         );
-        let again = load_str_with_env(&[&text], &no_env).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        assert_eq!(again, config);
     }
 }

@@ -1,13 +1,15 @@
 //! The effective configuration as Collector-style YAML, every default written out.
 
 use std::fmt::Write as _;
+use std::num::NonZeroUsize;
 
 use super::duration;
+use super::fields::Named as _;
 use super::{
     ComponentId, Compression, Config, ConnectorConfig, ExporterConfig, ExtensionConfig,
-    HistogramUnit, LogEncoding, LogLevel, MemoryAmount, OtlpExporterConfig, PolicyConfig,
-    PolicyKind, ProcessorConfig, ReceiverConfig, RemoteWriteConfig, RemoteWriteMessage,
-    RetryConfig, SpanMetricsConfig, StatusCodeName, TailSamplingConfig, TlsClientConfig, Verbosity,
+    MemoryAmount, OtlpExporterConfig, PolicyConfig, PolicyKind, ProcessorConfig, ReceiverConfig,
+    RemoteWriteConfig, RemoteWriteMessage, RetryConfig, SpanMetricsConfig, StatusCodeName,
+    TailSamplingConfig, TlsClientConfig,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -40,11 +42,7 @@ pub fn render(config: &Config) -> String {
                         "max_concurrent_streams",
                         grpc.max_concurrent_streams.unwrap_or(0),
                     );
-                    out.plain(
-                        4,
-                        "max_concurrent_requests",
-                        grpc.max_concurrent_requests.map_or(0, |max| max.get()),
-                    );
+                    out.limit(4, "max_concurrent_requests", grpc.max_concurrent_requests);
                 }
                 if let Some(http) = &otlp.http {
                     out.line(3, "http:");
@@ -53,11 +51,7 @@ pub fn render(config: &Config) -> String {
                     out.string(4, "metrics_url_path", &http.metrics_url_path);
                     out.string(4, "logs_url_path", &http.logs_url_path);
                     out.plain(4, "max_request_body_size", http.max_request_body_size);
-                    out.plain(
-                        4,
-                        "max_concurrent_requests",
-                        http.max_concurrent_requests.map_or(0, |max| max.get()),
-                    );
+                    out.limit(4, "max_concurrent_requests", http.max_concurrent_requests);
                     if let Some(cors) = &http.cors {
                         out.line(4, "cors:");
                         out.strings(5, "allowed_origins", &cors.allowed_origins);
@@ -77,11 +71,7 @@ pub fn render(config: &Config) -> String {
         match processor {
             ProcessorConfig::Batch(batch) => {
                 out.plain(2, "send_batch_size", batch.send_batch_size);
-                out.plain(
-                    2,
-                    "send_batch_max_size",
-                    batch.send_batch_max_size.map_or(0, |max| max.get()),
-                );
+                out.limit(2, "send_batch_max_size", batch.send_batch_max_size);
                 out.plain(2, "send_batch_max_size_bytes", batch.send_batch_max_bytes);
                 out.plain(2, "timeout", duration::format(batch.timeout));
             }
@@ -112,12 +102,7 @@ pub fn render(config: &Config) -> String {
             ExporterConfig::OtlpGrpc(otlp) => otlp_exporter(&mut out, otlp, false),
             ExporterConfig::OtlpHttp(otlp) => otlp_exporter(&mut out, otlp, true),
             ExporterConfig::Debug(debug) => {
-                let verbosity = match debug.verbosity {
-                    Verbosity::Basic => "basic",
-                    Verbosity::Normal => "normal",
-                    Verbosity::Detailed => "detailed",
-                };
-                out.plain(2, "verbosity", verbosity);
+                out.plain(2, "verbosity", debug.verbosity.name());
             }
             ExporterConfig::PrometheusRemoteWrite(rw) => remote_write_exporter(&mut out, rw),
         }
@@ -171,18 +156,8 @@ pub fn render(config: &Config) -> String {
     let telemetry = &service.telemetry;
     out.line(1, "telemetry:");
     out.line(2, "logs:");
-    let level = match telemetry.log_level {
-        LogLevel::Debug => "debug",
-        LogLevel::Info => "info",
-        LogLevel::Warn => "warn",
-        LogLevel::Error => "error",
-    };
-    out.plain(3, "level", level);
-    let encoding = match telemetry.log_encoding {
-        LogEncoding::Console => "console",
-        LogEncoding::Json => "json",
-    };
-    out.plain(3, "encoding", encoding);
+    out.plain(3, "level", telemetry.log_level.name());
+    out.plain(3, "encoding", telemetry.log_encoding.name());
     out.line(2, "metrics:");
     match &telemetry.metrics_address {
         Some(address) => {
@@ -203,11 +178,7 @@ pub fn render(config: &Config) -> String {
 fn render_span_metrics(out: &mut Out, config: &SpanMetricsConfig) {
     out.line(2, "histogram:");
     out.plain(3, "disable", config.histogram_disabled);
-    let unit = match config.histogram_unit {
-        HistogramUnit::Milliseconds => "ms",
-        HistogramUnit::Seconds => "s",
-    };
-    out.plain(3, "unit", unit);
+    out.plain(3, "unit", config.histogram_unit.name());
     out.line(3, "explicit:");
     let buckets: Vec<String> = config
         .histogram_buckets
@@ -246,12 +217,10 @@ fn render_span_metrics(out: &mut Out, config: &SpanMetricsConfig) {
         &config.resource_metrics_key_attributes,
     );
     out.plain(2, "dimensions_cache_size", config.dimensions_cache_size);
-    out.plain(
+    out.limit(
         2,
         "aggregation_cardinality_limit",
-        config
-            .aggregation_cardinality_limit
-            .map_or(0, |limit| limit.get()),
+        config.aggregation_cardinality_limit,
     );
 }
 
@@ -278,11 +247,7 @@ fn tail_sampling(out: &mut Out, tail: &TailSamplingConfig) {
         "drop_pending_traces_on_shutdown",
         tail.drop_pending_traces_on_shutdown,
     );
-    out.plain(
-        2,
-        "maximum_trace_size_bytes",
-        tail.maximum_trace_size_bytes.map_or(0, |max| max.get()),
-    );
+    out.limit(2, "maximum_trace_size_bytes", tail.maximum_trace_size_bytes);
     out.plain(2, "block_on_overflow", tail.block_on_overflow);
     out.plain(2, "record_policy", tail.record_policy);
     out.line(2, "policies:");
@@ -315,23 +280,21 @@ fn render_policy(out: &mut Out, depth: usize, policy: &PolicyConfig) {
         PolicyKind::Composite { .. } => "composite",
     };
     out.plain(d, "type", type_name);
+    if !matches!(
+        policy.kind,
+        PolicyKind::AlwaysSample | PolicyKind::TraceFlags
+    ) {
+        // Settings live under a key named after the type.
+        out.line(d, &format!("{type_name}:"));
+    }
     match &policy.kind {
         PolicyKind::AlwaysSample | PolicyKind::TraceFlags => {}
-        PolicyKind::Latency {
-            threshold_ms,
-            upper_threshold_ms,
-        } => {
-            out.line(d, "latency:");
-            out.plain(s, "threshold_ms", threshold_ms);
-            out.plain(s, "upper_threshold_ms", upper_threshold_ms.unwrap_or(0));
-        }
         PolicyKind::NumericAttribute {
             key,
             min_value,
             max_value,
             invert_match,
         } => {
-            out.line(d, "numeric_attribute:");
             out.string(s, "key", key);
             out.plain(s, "min_value", min_value.unwrap_or(0));
             out.plain(s, "max_value", max_value.unwrap_or(0));
@@ -341,14 +304,12 @@ fn render_policy(out: &mut Out, depth: usize, policy: &PolicyConfig) {
             sampling_percentage,
             hash_salt,
         } => {
-            out.line(d, "probabilistic:");
             out.plain(s, "sampling_percentage", format!("{sampling_percentage:?}"));
             if let Some(salt) = hash_salt {
                 out.string(s, "hash_salt", salt);
             }
         }
         PolicyKind::StatusCode { status_codes } => {
-            out.line(d, "status_code:");
             let names: Vec<String> = status_codes
                 .iter()
                 .map(|code| {
@@ -369,7 +330,6 @@ fn render_policy(out: &mut Out, depth: usize, policy: &PolicyConfig) {
             cache_max_size,
             invert_match,
         } => {
-            out.line(d, "string_attribute:");
             out.string(s, "key", key);
             out.strings(s, "values", values);
             out.plain(s, "enabled_regex_matching", regex.is_some());
@@ -381,56 +341,44 @@ fn render_policy(out: &mut Out, depth: usize, policy: &PolicyConfig) {
             value,
             invert_match,
         } => {
-            out.line(d, "boolean_attribute:");
             out.string(s, "key", key);
             out.plain(s, "value", value);
             out.plain(s, "invert_match", invert_match);
         }
         PolicyKind::TraceState { key, values } => {
-            out.line(d, "trace_state:");
             out.string(s, "key", key);
             out.strings(s, "values", values);
         }
-        PolicyKind::RateLimiting {
-            spans_per_second,
-            burst_capacity,
-        } => {
-            out.line(d, "rate_limiting:");
-            out.plain(s, "spans_per_second", spans_per_second);
-            out.plain(s, "burst_capacity", burst_capacity.unwrap_or(0));
+        PolicyKind::Latency {
+            threshold_ms: first,
+            upper_threshold_ms: second,
         }
-        PolicyKind::BytesLimiting {
-            bytes_per_second,
-            burst_capacity,
-        } => {
-            out.line(d, "bytes_limiting:");
-            out.plain(s, "bytes_per_second", bytes_per_second);
-            out.plain(s, "burst_capacity", burst_capacity.unwrap_or(0));
+        | PolicyKind::RateLimiting {
+            spans_per_second: first,
+            burst_capacity: second,
         }
-        PolicyKind::SpanCount {
-            min_spans,
-            max_spans,
-        } => {
-            out.line(d, "span_count:");
-            out.plain(s, "min_spans", min_spans);
-            out.plain(s, "max_spans", max_spans.unwrap_or(0));
+        | PolicyKind::BytesLimiting {
+            bytes_per_second: first,
+            burst_capacity: second,
         }
-        PolicyKind::And { sub_policies } => {
-            out.line(d, "and:");
-            out.line(s, "and_sub_policy:");
-            for sub in sub_policies {
-                render_policy(out, s + 1, sub);
+        | PolicyKind::SpanCount {
+            min_spans: first,
+            max_spans: second,
+        } => {
+            // A bound and an optional second one, written 0 when unset, under the keys the
+            // reader reads, in its order.
+            if let [first_key, second_key] = super::tail_sampling::settings_keys_of(type_name) {
+                out.plain(s, first_key, first);
+                out.plain(s, second_key, second.unwrap_or(0));
             }
         }
-        PolicyKind::Drop { sub_policies } => {
-            out.line(d, "drop:");
-            out.line(s, "drop_sub_policy:");
+        PolicyKind::And { sub_policies } | PolicyKind::Drop { sub_policies } => {
+            out.line(s, &format!("{type_name}_sub_policy:"));
             for sub in sub_policies {
                 render_policy(out, s + 1, sub);
             }
         }
         PolicyKind::Not { sub_policy } => {
-            out.line(d, "not:");
             out.line(s, "not_sub_policy:");
             // `not_sub_policy` is one mapping, not a list.
             render_policy_mapping(out, s + 1, sub_policy);
@@ -441,7 +389,6 @@ fn render_policy(out: &mut Out, depth: usize, policy: &PolicyConfig) {
             sub_policies,
             rate_allocation,
         } => {
-            out.line(d, "composite:");
             out.plain(s, "max_total_spans_per_second", max_total_spans_per_second);
             out.strings(s, "policy_order", policy_order);
             out.line(s, "composite_sub_policy:");
@@ -607,6 +554,11 @@ impl Out {
     /// A value that YAML reads back as written: a number, a boolean, a word.
     fn plain(&mut self, depth: usize, key: &str, value: impl std::fmt::Display) {
         self.line(depth, &format!("{key}: {value}"));
+    }
+
+    /// An optional limit, written 0 for none (the Collector's convention).
+    fn limit(&mut self, depth: usize, key: &str, limit: Option<NonZeroUsize>) {
+        self.plain(depth, key, limit.map_or(0, NonZeroUsize::get));
     }
 
     fn string(&mut self, depth: usize, key: &str, value: &str) {

@@ -2,11 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use super::common::{listen_endpoint, positive_duration};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
-use super::fields::{Fields, NOT_YET, as_string};
+use super::fields::{Fields, NOT_YET, Named as _, as_string};
 use super::ids::{Declared, Section};
 use super::value::Value;
 use super::{
@@ -43,7 +42,8 @@ pub(crate) fn service(
     );
     let pipelines = pipelines(problems, &service, declared);
     let telemetry = telemetry(problems, &service);
-    let shutdown_timeout = positive_duration(problems, &service, "shutdown_timeout")
+    let shutdown_timeout = service
+        .positive_duration(problems, "shutdown_timeout")
         .unwrap_or(defaults::SHUTDOWN_TIMEOUT);
     ServiceConfig {
         extensions,
@@ -119,14 +119,19 @@ fn pipelines(
             &["receivers", "processors", "exporters"],
             &[],
         );
-        let receivers = references(
+        // Receivers and exporters may also name connectors, which join two pipelines.
+        let or_connector = |problems: &mut Problems, key: &str, own: (Section, &Declared)| {
+            references(
+                problems,
+                &pipeline,
+                key,
+                &[own, (Section::Connectors, declared.connectors)],
+            )
+        };
+        let receivers = or_connector(
             problems,
-            &pipeline,
             "receivers",
-            &[
-                (Section::Receivers, declared.receivers),
-                (Section::Connectors, declared.connectors),
-            ],
+            (Section::Receivers, declared.receivers),
         );
         let processors = references(
             problems,
@@ -134,14 +139,10 @@ fn pipelines(
             "processors",
             &[(Section::Processors, declared.processors)],
         );
-        let exporters = references(
+        let exporters = or_connector(
             problems,
-            &pipeline,
             "exporters",
-            &[
-                (Section::Exporters, declared.exporters),
-                (Section::Connectors, declared.connectors),
-            ],
+            (Section::Exporters, declared.exporters),
         );
         if signal == Signal::Traces {
             for id in exporters
@@ -277,26 +278,10 @@ fn telemetry(problems: &mut Problems, service: &Fields<'_>) -> TelemetryConfig {
         ],
     );
     let log_level = logs
-        .choice(
-            problems,
-            "level",
-            &[
-                ("debug", LogLevel::Debug),
-                ("info", LogLevel::Info),
-                ("warn", LogLevel::Warn),
-                ("error", LogLevel::Error),
-            ],
-        )
+        .choice(problems, "level", LogLevel::NAMES)
         .unwrap_or(defaults::LOG_LEVEL);
     let log_encoding = logs
-        .choice(
-            problems,
-            "encoding",
-            &[
-                ("console", LogEncoding::Console),
-                ("json", LogEncoding::Json),
-            ],
-        )
+        .choice(problems, "encoding", LogEncoding::NAMES)
         .unwrap_or(defaults::LOG_ENCODING);
     TelemetryConfig {
         metrics_address: metrics_address(problems, &telemetry),
@@ -325,7 +310,7 @@ fn metrics_address(problems: &mut Problems, telemetry: &Fields<'_>) -> Option<St
             ("detailed", Level::On),
         ],
     );
-    let address = listen_endpoint(problems, &metrics, "address");
+    let address = metrics.listen_endpoint(problems, "address");
     let from_readers = metrics
         .value("readers")
         .and_then(|readers| reader_address(problems, &metrics.key_path("readers"), readers));

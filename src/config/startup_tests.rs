@@ -5,6 +5,7 @@
 // Tests unwrap freely: a panic is the failure report (C15).
 #![allow(clippy::unwrap_used)]
 
+use super::tests::no_env;
 use super::*;
 
 /// The directory of the test TLS files: a CA, and a certificate with its key.
@@ -27,32 +28,26 @@ fn existing_dir() -> String {
     std::env::temp_dir().display().to_string()
 }
 
-/// The smallest valid config; tests add the section they exercise.
-const MINIMAL: &str = "
+/// The smallest valid config ([`super::tests::MINIMAL`]) listening on loopback only and
+/// with `/metrics` off; tests add the section they exercise.
+const MINIMAL: [&str; 2] = [
+    super::tests::MINIMAL,
+    "
 receivers:
   otlp:
     protocols:
       grpc:
         endpoint: 127.0.0.1:0
-exporters:
-  debug:
 service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      exporters: [debug]
   telemetry:
     metrics:
       level: none
-";
-
-fn no_env(_: &str) -> Option<String> {
-    None
-}
+",
+];
 
 /// `MINIMAL` merged with `overlay`, which must load.
 fn load_over(overlay: &str) -> Config {
-    match load_str_with_env(&[MINIMAL, overlay], &no_env) {
+    match load_str_with_env(&[MINIMAL[0], MINIMAL[1], overlay], &no_env) {
         Ok(config) => config,
         Err(error) => panic!("config should load, got:\n{error}"),
     }
@@ -60,7 +55,7 @@ fn load_over(overlay: &str) -> Config {
 
 /// The problems of `MINIMAL` merged with `overlay`, as `path: message` lines.
 fn problems_with(overlay: &str) -> Vec<String> {
-    match load_str_with_env(&[MINIMAL, overlay], &no_env) {
+    match load_str_with_env(&[MINIMAL[0], MINIMAL[1], overlay], &no_env) {
         Ok(config) => panic!("config should be refused, got {config:#?}"),
         Err(error) => error.to_string().lines().map(str::to_owned).collect(),
     }
@@ -146,59 +141,8 @@ processors:
     num_shards: 4
     policies:
       - {{name: always, type: always_sample}}
-      - name: latency
-        type: latency
-        latency: {{threshold_ms: 100, upper_threshold_ms: 200}}
-      - name: numeric
-        type: numeric_attribute
-        numeric_attribute: {{key: k, min_value: 1, max_value: 2, invert_match: false}}
-      - name: probabilistic
-        type: probabilistic
-        probabilistic: {{sampling_percentage: 10, hash_salt: salt}}
-      - name: status
-        type: status_code
-        status_code: {{status_codes: [ERROR]}}
-      - name: string
-        type: string_attribute
-        string_attribute:
-          key: k
-          values: ["a.*"]
-          enabled_regex_matching: true
-          cache_max_size: 10
-          invert_match: false
-      - name: boolean
-        type: boolean_attribute
-        boolean_attribute: {{key: k, value: true, invert_match: false}}
-      - name: trace_state
-        type: trace_state
-        trace_state: {{key: k, values: [v]}}
       - {{name: flags, type: trace_flags}}
-      - name: rate
-        type: rate_limiting
-        rate_limiting: {{spans_per_second: 10, burst_capacity: 20}}
-      - name: bytes
-        type: bytes_limiting
-        bytes_limiting: {{bytes_per_second: 10, burst_capacity: 20}}
-      - name: span_count
-        type: span_count
-        span_count: {{min_spans: 1, max_spans: 10}}
-      - name: and
-        type: and
-        and: {{and_sub_policy: [{{name: a, type: always_sample}}]}}
-      - name: not
-        type: not
-        not: {{not_sub_policy: {{name: inner, type: always_sample}}}}
-      - name: drop
-        type: drop
-        drop: {{drop_sub_policy: [{{name: d, type: trace_flags}}]}}
-      - name: composite
-        type: composite
-        composite:
-          max_total_spans_per_second: 100
-          policy_order: [c]
-          composite_sub_policy: [{{name: c, type: always_sample}}]
-          rate_allocation: [{{policy: c, percent: 50}}]
-exporters:
+{policies}exporters:
   otlp:
     endpoint: sink.test:4317
     tls: {tls}
@@ -296,8 +240,59 @@ service:
   shutdown_timeout: 10s
 "#,
         dir = existing_dir(),
+        policies = POLICY_SETTINGS
+            .iter()
+            .map(|(kind, settings)| {
+                format!("      - name: {kind}\n        type: {kind}\n        {kind}: {settings}\n")
+            })
+            .collect::<String>(),
     )
 }
+
+/// Every policy type that has settings, with settings that set each of its keys;
+/// [`every_key`] writes each as a policy named after its type.
+const POLICY_SETTINGS: &[(&str, &str)] = &[
+    ("latency", "{threshold_ms: 100, upper_threshold_ms: 200}"),
+    (
+        "numeric_attribute",
+        "{key: k, min_value: 1, max_value: 2, invert_match: false}",
+    ),
+    (
+        "probabilistic",
+        "{sampling_percentage: 10, hash_salt: salt}",
+    ),
+    ("status_code", "{status_codes: [ERROR]}"),
+    (
+        "string_attribute",
+        r#"{key: k, values: ["a.*"], enabled_regex_matching: true, cache_max_size: 10, invert_match: false}"#,
+    ),
+    (
+        "boolean_attribute",
+        "{key: k, value: true, invert_match: false}",
+    ),
+    ("trace_state", "{key: k, values: [v]}"),
+    (
+        "rate_limiting",
+        "{spans_per_second: 10, burst_capacity: 20}",
+    ),
+    (
+        "bytes_limiting",
+        "{bytes_per_second: 10, burst_capacity: 20}",
+    ),
+    ("span_count", "{min_spans: 1, max_spans: 10}"),
+    ("and", "{and_sub_policy: [{name: a, type: always_sample}]}"),
+    (
+        "not",
+        "{not_sub_policy: {name: inner, type: always_sample}}",
+    ),
+    ("drop", "{drop_sub_policy: [{name: d, type: trace_flags}]}"),
+    (
+        "composite",
+        "{max_total_spans_per_second: 100, policy_order: [c], \
+         composite_sub_policy: [{name: c, type: always_sample}], \
+         rate_allocation: [{policy: c, percent: 50}]}",
+    ),
+];
 
 /// Scenario: a config setting every key of every section, once with
 /// `telemetry.metrics.address` and once with `telemetry.metrics.readers`; the known keys
@@ -342,7 +337,7 @@ fn every_known_key_is_read() {
         ids::Section::Extensions,
     ] {
         for (written, canonical) in section.types() {
-            let present = section.types().iter().any(|(other, same)| {
+            let present = section.types().any(|(other, same)| {
                 same == canonical
                     && (yaml.contains(&format!("\n  {other}:"))
                         || yaml.contains(&format!("\n  {other}/")))
@@ -421,27 +416,31 @@ processors:
     policies: [{name: all, type: always_sample}]
 ";
     assert_problems(
-        &format!(
-            "{processors}
-service:
-  pipelines:
-    traces:
-      processors: [batch, tail_sampling]
-"
-        ),
+        &processors_in_traces(processors, "batch, tail_sampling", ""),
         &[
             "service.pipelines.traces.processors: tail_sampling must come first (only \
            memory_limiter may precede it): it buffers whole traces; put batch after it",
         ],
     );
-    load_over(&format!(
+    load_over(&processors_in_traces(
+        processors,
+        "memory_limiter, tail_sampling, batch",
+        "",
+    ));
+}
+
+/// `processors` (a `processors:` section) with `service.pipelines.traces` using `used`,
+/// followed by the pipelines in `more` (indented as under `pipelines:`); for merging over
+/// `MINIMAL`.
+fn processors_in_traces(processors: &str, used: &str, more: &str) -> String {
+    format!(
         "{processors}
 service:
   pipelines:
     traces:
-      processors: [memory_limiter, tail_sampling, batch]
-"
-    ));
+      processors: [{used}]
+{more}"
+    )
 }
 
 /// Scenario: two `memory_limiter` ids, each used by a pipeline; then one id used by two
@@ -456,37 +455,20 @@ processors:
   memory_limiter: {check_interval: 1s, limit_mib: 100}
   memory_limiter/big: {check_interval: 1s, limit_mib: 1000}
 ";
-    assert_problems(
-        &format!(
-            "{processors}
-service:
-  pipelines:
-    traces:
-      processors: [memory_limiter]
-    traces/big:
+    let big = "    traces/big:
       receivers: [otlp]
       processors: [memory_limiter/big]
       exporters: [debug]
-"
-        ),
+";
+    assert_problems(
+        &processors_in_traces(processors, "memory_limiter", big),
         &[
             "service.pipelines.traces/big.processors: memory_limiter/big and memory_limiter are \
            two memory limiters, but one memory limiter gates every receiver of the process: \
            use memory_limiter in every pipeline that needs one (or define one memory_limiter)",
         ],
     );
-    let config = load_over(&format!(
-        "{processors}
-service:
-  pipelines:
-    traces:
-      processors: [memory_limiter/big]
-    traces/2:
-      receivers: [otlp]
-      processors: [memory_limiter/big]
-      exporters: [debug]
-"
-    ));
+    let config = load_over(&processors_in_traces(processors, "memory_limiter/big", big));
     assert_eq!(config.service.pipelines.len(), 2);
 }
 

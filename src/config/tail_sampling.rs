@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
-use super::common::positive_duration;
+use super::common::Reader;
 use super::defaults;
 use super::error::{Problems, join};
 use super::fields::Fields;
@@ -49,24 +49,18 @@ pub(crate) const POLICY_TYPES: &[&str] = &[
     "composite",
 ];
 
-/// Policy types whose settings live under a key of the same name.
-const SETTINGS_KEYS: &[&str] = &[
-    "latency",
-    "numeric_attribute",
-    "probabilistic",
-    "status_code",
-    "string_attribute",
-    "boolean_attribute",
-    "trace_state",
-    "rate_limiting",
-    "bytes_limiting",
-    "span_count",
-    "and",
-    "not",
-    "drop",
-    "composite",
-    "ottl_condition",
-];
+/// The keys that hold a policy's settings: one per policy type that has settings (named
+/// after the type, in [`POLICY_TYPES`] order), and `ottl_condition`, so that it is reported
+/// as unsupported rather than unknown.
+/// (`'a` lets the keys join lists of shorter-lived ones.)
+fn settings_keys<'a>() -> impl Iterator<Item = &'a str> {
+    let types: &'a [&'a str] = POLICY_TYPES;
+    types
+        .iter()
+        .copied()
+        .filter(|kind| settings_reader(kind).is_some())
+        .chain([OTTL])
+}
 
 const OTTL: &str = "ottl_condition";
 
@@ -75,37 +69,33 @@ const OTTL_MESSAGE: &str = "OTTL conditions are not supported by tailgate: use t
     latency, span_count, trace_state, combined with and / not / drop)";
 
 /// `processors.tail_sampling`.
-pub(crate) fn processor(
-    problems: &mut Problems,
-    path: &str,
-    value: Option<&Value>,
-) -> ProcessorConfig {
-    let fields = Fields::open(
-        problems,
-        path,
-        value,
-        &[
-            "decision_wait",
-            "decision_wait_after_root_received",
-            "num_traces",
-            "expected_new_traces_per_sec",
-            "decision_cache",
-            "sample_on_first_match",
-            "drop_pending_traces_on_shutdown",
-            "maximum_trace_size_bytes",
-            "block_on_overflow",
-            "record_policy",
-            "policies",
-            "sampling_strategy",
-            "num_shards",
-        ],
-        &[(
-            "tail_storage",
-            "tail storage extensions are not supported by tailgate: spans are held in memory, \
-             bounded by num_traces and the memory limit; remove it",
-        )],
-    );
-    let decision_wait = positive_duration(problems, &fields, "decision_wait")
+pub(crate) const PROCESSOR: Reader<ProcessorConfig> = Reader {
+    known: &[
+        "decision_wait",
+        "decision_wait_after_root_received",
+        "num_traces",
+        "expected_new_traces_per_sec",
+        "decision_cache",
+        "sample_on_first_match",
+        "drop_pending_traces_on_shutdown",
+        "maximum_trace_size_bytes",
+        "block_on_overflow",
+        "record_policy",
+        "policies",
+        "sampling_strategy",
+        "num_shards",
+    ],
+    unsupported: &[(
+        "tail_storage",
+        "tail storage extensions are not supported by tailgate: spans are held in memory, \
+         bounded by num_traces and the memory limit; remove it",
+    )],
+    typed: processor,
+};
+
+fn processor(problems: &mut Problems, fields: &Fields<'_>) -> ProcessorConfig {
+    let decision_wait = fields
+        .positive_duration(problems, "decision_wait")
         .unwrap_or(defaults::TAIL_DECISION_WAIT);
     let decision_wait_after_root_received = fields
         .duration(problems, "decision_wait_after_root_received")
@@ -120,7 +110,7 @@ pub(crate) fn processor(
             }
         },
     };
-    let expected_new_traces_per_sec = size(problems, &fields, "expected_new_traces_per_sec", 0);
+    let expected_new_traces_per_sec = size(problems, fields, "expected_new_traces_per_sec", 0);
     let cache = fields.child(
         problems,
         "decision_cache",
@@ -140,7 +130,7 @@ pub(crate) fn processor(
         defaults::TAIL_NON_SAMPLED_CACHE_SIZE,
     );
     let maximum_trace_size_bytes =
-        NonZeroUsize::new(size(problems, &fields, "maximum_trace_size_bytes", 0));
+        NonZeroUsize::new(size(problems, fields, "maximum_trace_size_bytes", 0));
     if let Some(strategy) = fields.string(problems, "sampling_strategy")
         && strategy != defaults::TAIL_SAMPLING_STRATEGY
     {
@@ -156,7 +146,7 @@ pub(crate) fn processor(
     // Accepted for compatibility and otherwise ignored: tailgate shards by itself.
     fields.uint(problems, "num_shards");
 
-    let policies = policy_list(problems, &fields, "policies", true);
+    let policies = policy_list(problems, fields, "policies", true);
     ProcessorConfig::TailSampling(TailSamplingConfig {
         decision_wait,
         decision_wait_after_root_received,
@@ -262,14 +252,13 @@ fn policy(
         },
         _ => None,
     };
-    let own_key = kind.filter(|kind| SETTINGS_KEYS.contains(kind));
+    let own_key = kind.filter(|kind| *kind == OTTL || settings_reader(kind).is_some());
     let messages: Vec<(&str, String)> = match kind {
-        Some(kind) if POLICY_TYPES.contains(&kind) => SETTINGS_KEYS
-            .iter()
-            .filter(|key| Some(**key) != own_key)
+        Some(kind) if POLICY_TYPES.contains(&kind) => settings_keys()
+            .filter(|key| Some(*key) != own_key)
             .map(|key| {
                 (
-                    *key,
+                    key,
                     format!(
                         "settings for type {key}, but this policy's type is {kind}: remove them"
                     ),
@@ -286,7 +275,7 @@ fn policy(
     match kind {
         Some(kind) if POLICY_TYPES.contains(&kind) => known.extend(own_key),
         // Unknown or missing type: reported below; do not add noise about the other keys.
-        _ => known.extend(SETTINGS_KEYS),
+        _ => known.extend(settings_keys()),
     }
     let fields = Fields::open(problems, path, Some(value), &known, &unsupported);
     if fields.wrong_type() {
@@ -350,6 +339,12 @@ fn policy_kind(problems: &mut Problems, fields: &Fields<'_>, kind: &str) -> Opti
             read(problems, &settings)
         }
     }
+}
+
+/// The keys of the settings mapping of policy type `kind`, in the order the reader lists
+/// them; empty for a type without settings. The renderer writes them from here.
+pub(crate) fn settings_keys_of(kind: &str) -> &'static [&'static str] {
+    settings_reader(kind).map_or(&[], |(known, _)| known)
 }
 
 /// Reads the settings mapping of one policy type (the mapping under the key named after

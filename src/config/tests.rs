@@ -109,6 +109,20 @@ fn problems_of(docs: &[&str]) -> Vec<String> {
     }
 }
 
+/// Renders `config` and asserts that the text reads back to an equal config and renders
+/// again to the same text; returns the text.
+#[track_caller]
+pub(super) fn assert_round_trips(config: &Config) -> String {
+    let rendered = render(config);
+    let again = match load_str_with_env(&[&rendered], &no_env) {
+        Ok(again) => again,
+        Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
+    };
+    assert_eq!(&again, config, "round trip of:\n{rendered}");
+    assert_eq!(render(&again), rendered);
+    rendered
+}
+
 /// The problems of `MINIMAL` merged with `overlay`.
 fn problems_with(overlay: &str) -> Vec<String> {
     problems_of(&[MINIMAL, overlay])
@@ -613,19 +627,12 @@ service:
 /// adds nothing), and an empty document changes nothing.
 #[test]
 fn later_null_keeps_earlier_mapping() {
-    let base = "
+    let settings = "
 receivers:
   otlp:
     protocols:
       grpc:
         endpoint: 0.0.0.0:9999
-exporters:
-  debug:
-service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      exporters: [debug]
 ";
     let overlay = "
 receivers:
@@ -633,7 +640,7 @@ receivers:
     protocols:
       grpc:
 ";
-    let config = load_with(&[base, overlay, ""], &[]).unwrap();
+    let config = load_with(&[MINIMAL, settings, overlay, ""], &[]).unwrap();
     assert_eq!(
         otlp_receiver(&config).grpc.unwrap().endpoint,
         "0.0.0.0:9999"
@@ -1216,55 +1223,60 @@ fn file_storage_defaults_and_keys() {
 /// Guarantees: each is reported at its path with what to do.
 #[test]
 fn file_storage_errors() {
-    let not_listed = FILE_STORAGE.replace("  extensions: [file_storage/q]\n", "");
-    assert_eq!(
-        problems_of(&[&not_listed]),
-        [
-            "exporters.otlp/tempo.sending_queue.storage: \"file_storage/q\" is not listed in service.extensions: add it there so it starts"
-        ]
-    );
-    let undefined = FILE_STORAGE.replace("storage: file_storage/q", "storage: file_storage/nope");
-    assert_eq!(
-        problems_of(&[&undefined]),
-        [
-            "exporters.otlp/tempo.sending_queue.storage: \"file_storage/nope\" is not defined under extensions: add a file_storage extension, e.g. extensions.file_storage/queue.directory"
-        ]
-    );
-    let health = FILE_STORAGE
-        .replace("storage: file_storage/q", "storage: health_check")
-        .replace("extensions:\n", "extensions:\n  health_check:\n");
-    assert_eq!(
-        problems_of(&[&health]),
-        [
-            "exporters.otlp/tempo.sending_queue.storage: \"health_check\" is a health_check extension; a sending queue needs a file_storage extension"
-        ]
-    );
-    let disabled = FILE_STORAGE.replace("queue_size: 5000", "enabled: false");
-    assert_eq!(
-        problems_of(&[&disabled]),
-        [
-            "exporters.otlp/tempo.sending_queue.storage: needs the sending queue: set sending_queue.enabled to true or remove storage"
-        ]
-    );
-    let bad = FILE_STORAGE.replace(
-        "    directory: /tmp\n",
-        "    directory_permissions: rwx
+    let cases: [(&str, String, &[&str]); 5] = [
+        (
+            "storage not listed in service.extensions",
+            FILE_STORAGE.replace("  extensions: [file_storage/q]\n", ""),
+            &[
+                "exporters.otlp/tempo.sending_queue.storage: \"file_storage/q\" is not listed in service.extensions: add it there so it starts",
+            ],
+        ),
+        (
+            "storage undefined",
+            FILE_STORAGE.replace("storage: file_storage/q", "storage: file_storage/nope"),
+            &[
+                "exporters.otlp/tempo.sending_queue.storage: \"file_storage/nope\" is not defined under extensions: add a file_storage extension, e.g. extensions.file_storage/queue.directory",
+            ],
+        ),
+        (
+            "storage is a health_check",
+            FILE_STORAGE
+                .replace("storage: file_storage/q", "storage: health_check")
+                .replace("extensions:\n", "extensions:\n  health_check:\n"),
+            &[
+                "exporters.otlp/tempo.sending_queue.storage: \"health_check\" is a health_check extension; a sending queue needs a file_storage extension",
+            ],
+        ),
+        (
+            "storage on a disabled queue",
+            FILE_STORAGE.replace("queue_size: 5000", "enabled: false"),
+            &[
+                "exporters.otlp/tempo.sending_queue.storage: needs the sending queue: set sending_queue.enabled to true or remove storage",
+            ],
+        ),
+        (
+            "bad file_storage settings",
+            FILE_STORAGE.replace(
+                "    directory: /tmp\n",
+                "    directory_permissions: rwx
     max_size_mib: 0
     compaction:
       on_start: maybe
       vacuum: true
 ",
-    );
-    assert_eq!(
-        problems_of(&[&bad]),
-        [
-            "extensions.file_storage/q.compaction.vacuum: unknown key (known: on_start, on_rebound, directory, max_transaction_size, rebound_needed_threshold_mib, rebound_trigger_threshold_mib, check_interval, cleanup_on_start)",
-            "extensions.file_storage/q.compaction.on_start: expected true or false, found the string \"maybe\"",
-            "extensions.file_storage/q.directory: must be set: the directory that holds the persistent queues, e.g. /var/lib/tailgate/queue",
-            "extensions.file_storage/q.directory_permissions: invalid mode \"rwx\": write it in octal, e.g. \"0750\"",
-            "extensions.file_storage/q.max_size_mib: must be at least 1",
-        ]
-    );
+            ),
+            &[
+                "extensions.file_storage/q.compaction.vacuum: unknown key (known: on_start, on_rebound, directory, max_transaction_size, rebound_needed_threshold_mib, rebound_trigger_threshold_mib, check_interval, cleanup_on_start)",
+                "extensions.file_storage/q.compaction.on_start: expected true or false, found the string \"maybe\"",
+                "extensions.file_storage/q.directory: must be set: the directory that holds the persistent queues, e.g. /var/lib/tailgate/queue",
+                "extensions.file_storage/q.directory_permissions: invalid mode \"rwx\": write it in octal, e.g. \"0750\"",
+                "extensions.file_storage/q.max_size_mib: must be at least 1",
+            ],
+        ),
+    ];
+    for (case, yaml, expected) in cases {
+        assert_eq!(problems_of(&[&yaml]), expected, "case: {case}");
+    }
 }
 
 /// Scenario: a config with a file_storage extension (every key set) and an exporter whose
@@ -1281,13 +1293,7 @@ fn file_storage_render_round_trips() {
     max_size_mib: 3
 ",
     ));
-    let rendered = render(&config);
-    let again = match load_str_with_env(&[&rendered], &no_env) {
-        Ok(again) => again,
-        Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
-    };
-    assert_eq!(again, config, "round trip of:\n{rendered}");
-    assert_eq!(render(&again), rendered);
+    let rendered = assert_round_trips(&config);
     assert!(
         rendered.contains("      storage: \"file_storage/q\"\n"),
         "{rendered}"
@@ -1304,15 +1310,10 @@ fn file_storage_render_round_trips() {
 #[test]
 fn service_errors() {
     assert_eq!(
-        problems_of(&["
-receivers:
-  otlp:
-    protocols:
-      grpc:
+        problems_with(
+            "
 processors:
   batch:
-exporters:
-  debug:
 service:
   extensions: [health_check]
   pipelines:
@@ -1330,7 +1331,8 @@ service:
     logs/x:
     profiles:
   shutdown_timeout: 0s
-"]),
+"
+        ),
         [
             "service.extensions: \"health_check\" is not defined under extensions",
             "service.pipelines.logs/x: logs pipelines are not supported yet by this version of tailgate; remove this pipeline",
@@ -1581,13 +1583,7 @@ service:
         load_one(COLLECTOR_CONFIG),
         load_over(rich),
     ] {
-        let rendered = render(&config);
-        let again = match load_str_with_env(&[&rendered], &no_env) {
-            Ok(again) => again,
-            Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
-        };
-        assert_eq!(again, config, "round trip of:\n{rendered}");
-        assert_eq!(render(&again), rendered);
+        assert_round_trips(&config);
     }
     let rendered = render(&load_one(COLLECTOR_CONFIG));
     assert!(rendered.contains("    multiplier: 1.5\n"), "{rendered}");
@@ -1655,54 +1651,65 @@ fn go_durations() {
 #[test]
 fn endpoints() {
     use super::endpoint::{check_grpc_target, check_listen, check_url};
-    for ok in [
-        "0.0.0.0:4317",
-        ":4317",
-        "[::1]:4317",
-        "[::]:0",
-        "localhost:65535",
-        "my_host:1",
-    ] {
-        assert_eq!(check_listen(ok), Ok(()), "{ok}");
-    }
-    for bad in [
-        "0.0.0.0",
-        "0.0.0.0:",
-        "host:65536",
-        "host:-1",
-        "::1:4317",
-        "[::1:4317",
-        "[zz]:1",
-        "a b:1",
-    ] {
-        assert!(check_listen(bad).is_err(), "{bad:?} should be refused");
-    }
-    for ok in [
-        "tempo:4317",
-        "http://tempo:4317",
-        "https://tempo",
-        "https://[::1]:443",
-    ] {
-        assert_eq!(check_grpc_target(ok), Ok(()), "{ok}");
-    }
-    for bad in [":4317", "tempo", "grpc://tempo:4317", "https://"] {
-        assert!(check_grpc_target(bad).is_err(), "{bad:?} should be refused");
-    }
-    for ok in [
-        "http://tempo:4318",
-        "https://tempo/otlp",
-        "http://10.0.0.1:4318/v1/traces?x=1",
-    ] {
-        assert_eq!(check_url(ok), Ok(()), "{ok}");
-    }
-    for bad in [
-        "tempo:4318",
-        "http://",
-        "http://user:pw@tempo",
-        "http://tempo:x",
-        "http://te mpo",
-    ] {
-        assert!(check_url(bad).is_err(), "{bad:?} should be refused");
+    type Check = fn(&str) -> Result<(), String>;
+    let cases: [(&str, Check, &[&str], &[&str]); 3] = [
+        (
+            "check_listen",
+            check_listen,
+            &[
+                "0.0.0.0:4317",
+                ":4317",
+                "[::1]:4317",
+                "[::]:0",
+                "localhost:65535",
+                "my_host:1",
+            ],
+            &[
+                "0.0.0.0",
+                "0.0.0.0:",
+                "host:65536",
+                "host:-1",
+                "::1:4317",
+                "[::1:4317",
+                "[zz]:1",
+                "a b:1",
+            ],
+        ),
+        (
+            "check_grpc_target",
+            check_grpc_target,
+            &[
+                "tempo:4317",
+                "http://tempo:4317",
+                "https://tempo",
+                "https://[::1]:443",
+            ],
+            &[":4317", "tempo", "grpc://tempo:4317", "https://"],
+        ),
+        (
+            "check_url",
+            check_url,
+            &[
+                "http://tempo:4318",
+                "https://tempo/otlp",
+                "http://10.0.0.1:4318/v1/traces?x=1",
+            ],
+            &[
+                "tempo:4318",
+                "http://",
+                "http://user:pw@tempo",
+                "http://tempo:x",
+                "http://te mpo",
+            ],
+        ),
+    ];
+    for (name, check, accepted, refused) in cases {
+        for ok in accepted {
+            assert_eq!(check(ok), Ok(()), "{name}({ok:?})");
+        }
+        for bad in refused {
+            assert!(check(bad).is_err(), "{name}: {bad:?} should be refused");
+        }
     }
 }
 
@@ -1953,13 +1960,7 @@ fn tail_sampling_render_round_trips() {
       - {name: 'odd \"$$name\"', type: probabilistic, probabilistic: {sampling_percentage: 0.5}}";
     for body in [TAIL_EVERY_POLICY, settings] {
         let config = load_over(&tail_overlay(body));
-        let rendered = render(&config);
-        let again = match load_str_with_env(&[&rendered], &no_env) {
-            Ok(again) => again,
-            Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
-        };
-        assert_eq!(again, config, "round trip of:\n{rendered}");
-        assert_eq!(render(&again), rendered);
+        assert_round_trips(&config);
     }
     let tail = tail(&load_over(&tail_overlay(settings)));
     assert_eq!(tail.policies[0].name, "odd \"$name\"");
@@ -1989,32 +1990,33 @@ service: {{pipelines: {{traces: {{receivers: [otlp], processors: [memory_limiter
 "
         )
     };
-    let config = load_str(&[&base(
-        "    check_interval: 1s\n    limit_mib: 64\n    spike_limit_mib: 16",
-    )])
-    .expect("valid");
-    assert_eq!(
-        config.processors[&id("memory_limiter")],
-        ProcessorConfig::MemoryLimiter(MemoryLimiterConfig {
-            check_interval: Duration::from_secs(1),
-            limit: MemoryAmount::Bytes(64 << 20),
-            spike: Some(MemoryAmount::Bytes(16 << 20)),
-        })
-    );
-    assert_eq!(load_str(&[&render(&config)]).expect("round trip"), config);
-    let config = load_str(&[&base(
-        "    check_interval: 2s\n    limit_percentage: 80\n    spike_limit_percentage: 20",
-    )])
-    .expect("valid");
-    assert_eq!(
-        config.processors[&id("memory_limiter")],
-        ProcessorConfig::MemoryLimiter(MemoryLimiterConfig {
-            check_interval: Duration::from_secs(2),
-            limit: MemoryAmount::Percentage(80),
-            spike: Some(MemoryAmount::Percentage(20)),
-        })
-    );
-    assert_eq!(load_str(&[&render(&config)]).expect("round trip"), config);
+    let loads = [
+        (
+            "    check_interval: 1s\n    limit_mib: 64\n    spike_limit_mib: 16",
+            Duration::from_secs(1),
+            MemoryAmount::Bytes(64 << 20),
+            MemoryAmount::Bytes(16 << 20),
+        ),
+        (
+            "    check_interval: 2s\n    limit_percentage: 80\n    spike_limit_percentage: 20",
+            Duration::from_secs(2),
+            MemoryAmount::Percentage(80),
+            MemoryAmount::Percentage(20),
+        ),
+    ];
+    for (limiter, check_interval, limit, spike) in loads {
+        let config = load_str(&[&base(limiter)]).expect("valid");
+        assert_eq!(
+            config.processors[&id("memory_limiter")],
+            ProcessorConfig::MemoryLimiter(MemoryLimiterConfig {
+                check_interval,
+                limit,
+                spike: Some(spike),
+            }),
+            "{limiter}"
+        );
+        assert_eq!(load_str(&[&render(&config)]).expect("round trip"), config);
+    }
     assert_eq!(
         problems_with(&base("    limit_mib: 64\n    spike_limit_mib: 64")),
         [
@@ -2032,12 +2034,12 @@ service: {{pipelines: {{traces: {{receivers: [otlp], processors: [memory_limiter
 
 // === metrics pipelines and connectors ===
 
-/// The Collector gateway config with span metrics before sampling, joined by `forward`.
+/// The Collector gateway config with span metrics before sampling, joined by `forward`
+/// (over `MINIMAL`, whose debug exporter a traces pipeline keeps using).
 const CONNECTED: &str = "
 receivers:
   otlp:
     protocols:
-      grpc:
       http:
 processors:
   tail_sampling:
@@ -2085,7 +2087,7 @@ service:
 /// kept, a cardinality limit of 0 means none; the rendering reads back to the same config.
 #[test]
 fn connectors_and_metrics_pipelines() {
-    let config = load_one(CONNECTED);
+    let config = load_over(CONNECTED);
     let span_metrics = config
         .connectors
         .iter()
@@ -2139,13 +2141,7 @@ fn connectors_and_metrics_pipelines() {
     );
     assert!(unused_components(&config).is_empty());
 
-    let rendered = render(&config);
-    let again = match load_str_with_env(&[&rendered], &no_env) {
-        Ok(again) => again,
-        Err(error) => panic!("rendered config should load:\n{error}\n---\n{rendered}"),
-    };
-    assert_eq!(again, config, "round trip of:\n{rendered}");
-    assert_eq!(render(&again), rendered);
+    assert_round_trips(&config);
 }
 
 /// Scenario: connectors used on one side only, with the wrong signal, in a cycle, and
@@ -2155,16 +2151,11 @@ fn connectors_and_metrics_pipelines() {
 #[test]
 fn connector_errors() {
     assert_eq!(
-        problems_of(&["
-receivers:
-  otlp:
-    protocols:
-      grpc:
+        problems_with(
+            "
 processors:
   tail_sampling:
     policies: [{name: all, type: always_sample}]
-exporters:
-  debug:
 connectors:
   forward:
   forward/loop:
@@ -2179,7 +2170,8 @@ service:
     traces/a: {receivers: [otlp], exporters: [forward, spanmetrics/alone]}
     traces/b: {receivers: [otlp, forward/loop], exporters: [forward/loop, debug]}
     metrics: {receivers: [otlp], processors: [tail_sampling], exporters: [spanmetrics]}
-"]),
+"
+        ),
         [
             "connectors.spanmetrics.histogram.explicit.buckets[1]: bucket bounds must be strictly increasing",
             "connectors.spanmetrics.aggregation_temporality: delta temporality is not supported yet by this version of tailgate; use AGGREGATION_TEMPORALITY_CUMULATIVE (the default)",

@@ -10,6 +10,8 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::fields::named;
+
 /// A component id as written in the config: `type` or `type/name`.
 ///
 /// `kind` is the canonical type name (aliases such as `otlp_grpc` for the `otlp` exporter
@@ -584,6 +586,8 @@ pub enum Verbosity {
     Detailed,
 }
 
+named!(Verbosity { "basic" => Basic, "normal" => Normal, "detailed" => Detailed });
+
 /// A connector's typed settings.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConnectorConfig {
@@ -654,6 +658,8 @@ pub enum HistogramUnit {
     /// `s`.
     Seconds,
 }
+
+named!(HistogramUnit { "ms" => Milliseconds, "s" => Seconds });
 
 /// An extension's typed settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -800,6 +806,8 @@ pub enum LogLevel {
     Error,
 }
 
+named!(LogLevel { "debug" => Debug, "info" => Info, "warn" => Warn, "error" => Error });
+
 /// `service.telemetry.logs.encoding`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogEncoding {
@@ -808,3 +816,5 @@ pub enum LogEncoding {
     /// One JSON object per line.
     Json,
 }
+
+named!(LogEncoding { "console" => Console, "json" => Json });
