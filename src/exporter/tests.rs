@@ -177,11 +177,20 @@ fn far_deadline() -> Instant {
     Instant::now() + Duration::from_secs(20)
 }
 
+/// Starts traces exporter `name` on `config`, without a storage extension.
+fn start_traces(
+    name: &str,
+    config: ExporterConfig,
+    metrics: ExporterMetrics,
+) -> Result<TracesExporter, ExporterError> {
+    TracesExporter::start(&id(name), &config, metrics, None)
+}
+
 /// Starts OTLP gRPC exporter `otlp` on `config` with the queue disabled, so that `export`
 /// returns the outcome of the delivery.
 fn start_unqueued_grpc(mut config: OtlpExporterConfig, metrics: ExporterMetrics) -> TracesExporter {
     config.sending_queue.enabled = false;
-    TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), metrics).unwrap()
+    start_traces("otlp", ExporterConfig::OtlpGrpc(config), metrics).unwrap()
 }
 
 // === gRPC sink ===
@@ -364,7 +373,7 @@ async fn grpc_retries_until_every_batch_arrives_once() {
     let addr = spawn_grpc_sink(sink.clone()).await;
     let (registry, m) = metrics("otlp/tempo");
     let config = ExporterConfig::OtlpGrpc(otlp_config(addr.to_string()));
-    let exporter = TracesExporter::start(&id("otlp/tempo"), &config, m).unwrap();
+    let exporter = start_traces("otlp/tempo", config, m).unwrap();
 
     let sent_requests: Vec<_> = (1..=5).map(|tag| request(tag, tag as usize)).collect();
     for req in &sent_requests {
@@ -424,8 +433,7 @@ async fn http_retry_after_is_honoured() {
     let (registry, m) = metrics("otlphttp");
     let mut config = otlp_config(format!("http://{addr}"));
     config.sending_queue.enabled = false;
-    let exporter =
-        TracesExporter::start(&id("otlphttp"), &ExporterConfig::OtlpHttp(config), m).unwrap();
+    let exporter = start_traces("otlphttp", ExporterConfig::OtlpHttp(config), m).unwrap();
 
     let req = request(7, 3);
     exporter.export(batch(&req)).await.unwrap();
@@ -485,7 +493,7 @@ async fn http_permanent_error_is_not_retried() {
     let addr = spawn_http_sink(sink.clone()).await;
     let (registry, m) = metrics("otlphttp/tempo");
     let config = ExporterConfig::OtlpHttp(otlp_config(format!("http://{addr}")));
-    let exporter = TracesExporter::start(&id("otlphttp/tempo"), &config, m).unwrap();
+    let exporter = start_traces("otlphttp/tempo", config, m).unwrap();
 
     exporter.export(batch(&request(1, 5))).await.unwrap();
     let report = exporter.shutdown(far_deadline()).await;
@@ -541,8 +549,7 @@ async fn http_compression_reaches_sink_decodable() {
         config
             .headers
             .insert("x-scope-orgid".to_owned(), "tenant-1".to_owned());
-        let exporter =
-            TracesExporter::start(&id("otlphttp"), &ExporterConfig::OtlpHttp(config), m).unwrap();
+        let exporter = start_traces("otlphttp", ExporterConfig::OtlpHttp(config), m).unwrap();
         let req = request(5, 20);
         exporter.export(batch(&req)).await.unwrap();
 
@@ -614,7 +621,7 @@ async fn debug_exporter_logs_and_counts() {
     for verbosity in [Verbosity::Basic, Verbosity::Normal, Verbosity::Detailed] {
         let (registry, m) = metrics("debug");
         let config = ExporterConfig::Debug(DebugExporterConfig { verbosity });
-        let exporter = TracesExporter::start(&id("debug"), &config, m).unwrap();
+        let exporter = start_traces("debug", config, m).unwrap();
         exporter.export(batch(&request(1, 3))).await.unwrap();
         assert_eq!(sent(&registry, "debug"), Some(3.0));
         let handle = exporter.clone();
@@ -638,12 +645,12 @@ async fn registration_and_start_errors() {
 
     let config = otlp_config("http://".to_owned());
     assert!(matches!(
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m.clone()),
+        start_traces("otlp", ExporterConfig::OtlpGrpc(config), m.clone()),
         Err(ExporterError::InvalidEndpoint { .. })
     ));
     let config = otlp_config("tempo:4318".to_owned());
     assert!(matches!(
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpHttp(config), m.clone()),
+        start_traces("otlp", ExporterConfig::OtlpHttp(config), m.clone()),
         Err(ExporterError::InvalidEndpoint { .. })
     ));
     let mut config = otlp_config("tempo:4317".to_owned());
@@ -651,7 +658,7 @@ async fn registration_and_start_errors() {
         .headers
         .insert("bad header".to_owned(), "x".to_owned());
     assert!(matches!(
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m.clone()),
+        start_traces("otlp", ExporterConfig::OtlpGrpc(config), m.clone()),
         Err(ExporterError::InvalidHeader { .. })
     ));
     let mut config = otlp_config("tempo:4317".to_owned());
@@ -660,7 +667,7 @@ async fn registration_and_start_errors() {
         ..Default::default()
     };
     assert!(matches!(
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m.clone()),
+        start_traces("otlp", ExporterConfig::OtlpGrpc(config), m.clone()),
         Err(ExporterError::Tls { .. })
     ));
     // TLS with the built-in roots and with verification skipped both build.
@@ -669,9 +676,9 @@ async fn registration_and_start_errors() {
         insecure_skip_verify: true,
         ..Default::default()
     };
-    TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m.clone()).unwrap();
+    start_traces("otlp", ExporterConfig::OtlpGrpc(config), m.clone()).unwrap();
     let config = otlp_config("https://tempo:4318".to_owned());
-    TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpHttp(config), m).unwrap();
+    start_traces("otlp", ExporterConfig::OtlpHttp(config), m).unwrap();
 }
 
 /// A gRPC sink over TLS, with a leaf certificate for `sink.test` issued by `testdata/ca.pem`.
@@ -727,8 +734,7 @@ async fn grpc_over_tls() {
         config.tls = tls.clone();
         config.sending_queue.enabled = false;
         config.retry_on_failure.enabled = false;
-        let exporter =
-            TracesExporter::start(&id("otlp/tls"), &ExporterConfig::OtlpGrpc(config), m).unwrap();
+        let exporter = start_traces("otlp/tls", ExporterConfig::OtlpGrpc(config), m).unwrap();
         let req = request(8, 2);
         let result = exporter.export(batch(&req)).await;
         if delivers {

@@ -313,7 +313,7 @@ impl Wiring for TraceBatch {
         storage: Option<&QueueStorage>,
     ) -> Result<Self::Exporter, ExporterError> {
         let metrics = builder.exporter_families.for_exporter(id);
-        TracesExporter::start_with_storage(id, config, metrics, storage)
+        TracesExporter::start(id, config, metrics, storage)
     }
 
     fn new_connector(
