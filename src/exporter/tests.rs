@@ -40,6 +40,7 @@ use crate::exporter::core::metrics::{
     ExporterMetricFamilies, ExporterMetrics, FailureReason, RetryErrorType,
 };
 use crate::exporter::otlp::TracesExporter;
+use crate::otlp::count_spans;
 use crate::payload::TraceBatch;
 
 // === helpers ===
@@ -86,13 +87,9 @@ fn request(tag: u8, spans: usize) -> ExportTraceServiceRequest {
 }
 
 fn batch(req: &ExportTraceServiceRequest) -> TraceBatch {
-    let spans = req
-        .resource_spans
-        .iter()
-        .flat_map(|rs| &rs.scope_spans)
-        .map(|ss| ss.spans.len())
-        .sum();
-    TraceBatch::new(Bytes::from(req.encode_to_vec()), spans)
+    let request = Bytes::from(req.encode_to_vec());
+    let spans = count_spans(&request).unwrap();
+    TraceBatch::new(request, spans)
 }
 
 fn metrics(exporter: &str) -> (Registry, ExporterMetrics) {
