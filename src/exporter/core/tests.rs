@@ -254,12 +254,8 @@ async fn throttle_hints_stretch_the_backoff_exactly() {
     };
     let transport = Scripted::new([
         Err(status::grpc(&retry_info)),
-        Err(status::otlp_http(
-            StatusCode::SERVICE_UNAVAILABLE,
-            retry_after("2"),
-            b"busy",
-        )),
-        Err(status::remote_write(
+        Err(status::OTLP_HTTP.classify(StatusCode::SERVICE_UNAVAILABLE, retry_after("2"), b"busy")),
+        Err(status::REMOTE_WRITE.classify(
             StatusCode::TOO_MANY_REQUESTS,
             retry_after("0"),
             b"slow down",
