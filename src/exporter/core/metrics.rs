@@ -225,13 +225,7 @@ pub struct ExporterMetricFamilies {
 }
 
 /// The persistent queue's families (series exist only for exporters with `storage`).
-#[derive(Clone, Debug)]
-struct DiskQueueFamilies {
-    replayed: IntCounterVec,
-    persisted: IntCounterVec,
-    corrupt: IntCounterVec,
-    disk_bytes: IntGaugeVec,
-}
+type DiskQueueFamilies = DiskQueueMetrics<IntCounterVec, IntGaugeVec>;
 
 impl ExporterMetricFamilies {
     /// Creates the families and registers them with `registry`.
@@ -334,17 +328,41 @@ pub struct ExporterMetrics {
     disk: DiskQueueFamilies,
 }
 
-/// The persistent queue's label-bound handles.
+/// The persistent queue's metrics: one exporter's label-bound handles, or (with the
+/// vector types for `C` and `G`) the families they are bound from.
 #[derive(Clone, Debug)]
-pub(crate) struct DiskQueueMetrics {
+pub(crate) struct DiskQueueMetrics<C = IntCounter, G = IntGauge> {
     /// `tailgate_exporter_queue_replayed_items_total`.
-    pub(crate) replayed: IntCounter,
+    replayed: C,
     /// `tailgate_exporter_queue_persisted_items_total`.
-    pub(crate) persisted: IntCounter,
+    persisted: C,
     /// `tailgate_exporter_queue_corrupt_records_total`.
-    pub(crate) corrupt: IntCounter,
+    corrupt: C,
     /// `tailgate_exporter_queue_disk_bytes`.
-    pub(crate) disk_bytes: IntGauge,
+    disk_bytes: G,
+}
+
+impl DiskQueueMetrics {
+    /// `items` left undelivered by an earlier run were found and queued.
+    pub(crate) fn record_replayed(&self, items: u64) {
+        self.replayed.inc_by(items);
+    }
+
+    /// `items` were written to the queue.
+    pub(crate) fn record_persisted(&self, items: usize) {
+        self.persisted.inc_by(items as u64);
+    }
+
+    /// A damaged record was found and skipped.
+    pub(crate) fn record_corrupt(&self) {
+        self.corrupt.inc();
+    }
+
+    /// The queue's segment files now hold `bytes`.
+    pub(crate) fn set_disk_bytes(&self, bytes: u64) {
+        self.disk_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
 }
 
 impl ExporterMetrics {
