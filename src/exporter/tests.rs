@@ -183,11 +183,20 @@ fn start_traces(
     TracesExporter::start(&id(name), &config, metrics, None)
 }
 
-/// Starts OTLP gRPC exporter `otlp` on `config` with the queue disabled, so that `export`
-/// returns the outcome of the delivery.
-fn start_unqueued_grpc(mut config: OtlpExporterConfig, metrics: ExporterMetrics) -> TracesExporter {
+/// Serves `sink` and starts OTLP gRPC exporter `otlp` on it with the queue disabled (so
+/// that `export` returns the outcome of the delivery), after `configure` edits its config;
+/// with the registry of the exporter's metrics.
+async fn unqueued_grpc_to(
+    sink: &Arc<GrpcSinkState>,
+    configure: impl FnOnce(&mut OtlpExporterConfig),
+) -> (Registry, TracesExporter) {
+    let addr = spawn_grpc_sink(sink.clone()).await;
+    let (registry, metrics) = metrics("otlp");
+    let mut config = otlp_config(addr.to_string());
+    configure(&mut config);
     config.sending_queue.enabled = false;
-    start_traces("otlp", ExporterConfig::OtlpGrpc(config), metrics).unwrap()
+    let exporter = start_traces("otlp", ExporterConfig::OtlpGrpc(config), metrics).unwrap();
+    (registry, exporter)
 }
 
 // === gRPC sink ===
@@ -458,9 +467,7 @@ async fn http_retry_after_is_honoured() {
 #[tokio::test]
 async fn grpc_permanent_error_is_not_retried() {
     let sink = GrpcSinkState::scripted([Status::invalid_argument("bad span")]);
-    let addr = spawn_grpc_sink(sink.clone()).await;
-    let (registry, m) = metrics("otlp");
-    let exporter = start_unqueued_grpc(otlp_config(addr.to_string()), m);
+    let (registry, exporter) = unqueued_grpc_to(&sink, |_| {}).await;
 
     let err = exporter.export(batch(&request(1, 4))).await.unwrap_err();
     assert!(matches!(
@@ -509,14 +516,13 @@ async fn http_permanent_error_is_not_retried() {
 async fn grpc_compression_reaches_sink_decodable() {
     for (compression, name) in [(Compression::Gzip, "gzip"), (Compression::Zstd, "zstd")] {
         let sink = Arc::new(GrpcSinkState::default());
-        let addr = spawn_grpc_sink(sink.clone()).await;
-        let (registry, m) = metrics("otlp");
-        let mut config = otlp_config(addr.to_string());
-        config.compression = compression;
-        config
-            .headers
-            .insert("X-Scope-OrgID".to_owned(), "tenant-1".to_owned());
-        let exporter = start_unqueued_grpc(config, m);
+        let (registry, exporter) = unqueued_grpc_to(&sink, |config| {
+            config.compression = compression;
+            config
+                .headers
+                .insert("X-Scope-OrgID".to_owned(), "tenant-1".to_owned());
+        })
+        .await;
         let req = request(3, 20);
         exporter.export(batch(&req)).await.unwrap();
 
@@ -575,9 +581,7 @@ async fn grpc_partial_success_is_counted() {
         }),
         ..Default::default()
     });
-    let addr = spawn_grpc_sink(sink.clone()).await;
-    let (registry, m) = metrics("otlp");
-    let exporter = start_unqueued_grpc(otlp_config(addr.to_string()), m);
+    let (registry, exporter) = unqueued_grpc_to(&sink, |_| {}).await;
     exporter.export(batch(&request(1, 5))).await.unwrap();
     exporter.export(batch(&request(2, 5))).await.unwrap();
 
@@ -592,11 +596,10 @@ async fn grpc_partial_success_is_counted() {
 #[tokio::test]
 async fn retries_disabled_fails_after_one_attempt() {
     let sink = GrpcSinkState::scripted([Status::unavailable("down")]);
-    let addr = spawn_grpc_sink(sink.clone()).await;
-    let (registry, m) = metrics("otlp");
-    let mut config = otlp_config(addr.to_string());
-    config.retry_on_failure.enabled = false;
-    let exporter = start_unqueued_grpc(config, m);
+    let (registry, exporter) = unqueued_grpc_to(&sink, |config| {
+        config.retry_on_failure.enabled = false;
+    })
+    .await;
     let err = exporter.export(batch(&request(1, 2))).await.unwrap_err();
     assert!(matches!(
         err,
