@@ -96,13 +96,14 @@ impl DebugExporter {
         for rm in &request.resource_metrics {
             for sm in &rm.scope_metrics {
                 for metric in &sm.metrics {
+                    let points = crate::otlp::metric_points(metric);
                     // The `detailed` fields are `None`, and so left out, at `normal`.
                     tracing::info!(
                         event = "exporter.debug.metric",
                         exporter,
                         name = %metric.name,
                         unit = %metric.unit,
-                        data_points = crate::otlp::metric_points(metric),
+                        data_points = points,
                         resource = detailed.then(|| field::debug(&rm.resource)),
                         scope = detailed.then(|| field::debug(&sm.scope)),
                         metric = detailed.then(|| field::debug(metric)),
