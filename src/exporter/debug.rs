@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
+use tracing::field;
 
 use crate::config::Verbosity;
 #[cfg(test)]
@@ -91,30 +92,22 @@ impl DebugExporter {
         let Some(request) = self.per_item(|| decoded) else {
             return;
         };
+        let detailed = self.verbosity == Verbosity::Detailed;
         for rm in &request.resource_metrics {
             for sm in &rm.scope_metrics {
                 for metric in &sm.metrics {
                     let points = crate::otlp::metric_points(metric);
-                    if self.verbosity == Verbosity::Detailed {
-                        tracing::info!(
-                            event = "exporter.debug.metric",
-                            exporter,
-                            name = %metric.name,
-                            unit = %metric.unit,
-                            data_points = points,
-                            resource = ?rm.resource,
-                            scope = ?sm.scope,
-                            metric = ?metric,
-                        );
-                    } else {
-                        tracing::info!(
-                            event = "exporter.debug.metric",
-                            exporter,
-                            name = %metric.name,
-                            unit = %metric.unit,
-                            data_points = points,
-                        );
-                    }
+                    // The `detailed` fields are `None`, and so left out, at `normal`.
+                    tracing::info!(
+                        event = "exporter.debug.metric",
+                        exporter,
+                        name = %metric.name,
+                        unit = %metric.unit,
+                        data_points = points,
+                        resource = detailed.then(|| field::debug(&rm.resource)),
+                        scope = detailed.then(|| field::debug(&sm.scope)),
+                        metric = detailed.then(|| field::debug(metric)),
+                    );
                 }
             }
         }
@@ -136,32 +129,24 @@ impl DebugExporter {
         else {
             return;
         };
+        let detailed = self.verbosity == Verbosity::Detailed;
         for rs in &request.resource_spans {
             for ss in &rs.scope_spans {
                 for span in &ss.spans {
-                    if self.verbosity == Verbosity::Detailed {
-                        tracing::info!(
-                            event = "exporter.debug.span",
-                            exporter,
-                            trace_id = %hex(&span.trace_id),
-                            span_id = %hex(&span.span_id),
-                            parent_span_id = %hex(&span.parent_span_id),
-                            name = %span.name,
-                            resource = ?rs.resource,
-                            resource_schema_url = %rs.schema_url,
-                            scope = ?ss.scope,
-                            scope_schema_url = %ss.schema_url,
-                            span = ?span,
-                        );
-                    } else {
-                        tracing::info!(
-                            event = "exporter.debug.span",
-                            exporter,
-                            trace_id = %hex(&span.trace_id),
-                            span_id = %hex(&span.span_id),
-                            name = %span.name,
-                        );
-                    }
+                    // The `detailed` fields are `None`, and so left out, at `normal`.
+                    tracing::info!(
+                        event = "exporter.debug.span",
+                        exporter,
+                        trace_id = %hex(&span.trace_id),
+                        span_id = %hex(&span.span_id),
+                        parent_span_id = detailed.then(|| field::display(hex(&span.parent_span_id))),
+                        name = %span.name,
+                        resource = detailed.then(|| field::debug(&rs.resource)),
+                        resource_schema_url = detailed.then(|| field::display(&rs.schema_url)),
+                        scope = detailed.then(|| field::debug(&ss.scope)),
+                        scope_schema_url = detailed.then(|| field::display(&ss.schema_url)),
+                        span = detailed.then(|| field::debug(span)),
+                    );
                 }
             }
         }

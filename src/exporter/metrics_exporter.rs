@@ -43,13 +43,13 @@ impl MetricsExporter {
     }
 
     /// Like [`start`](Self::start), with the storage extension that an OTLP exporter's
-    /// `sending_queue.storage` names (see [`SignalExporter::start_with_storage`]), and the
+    /// `sending_queue.storage` names (see [`SignalExporter::start`]), and the
     /// memory budget that a remote-write exporter charges its queued series to (see
     /// [`RemoteWriteExporter::start_with_budget`]).
     ///
     /// # Errors
     ///
-    /// As [`SignalExporter::start_with_storage`].
+    /// As [`SignalExporter::start`].
     ///
     /// # Panics
     ///
@@ -66,7 +66,7 @@ impl MetricsExporter {
             ExporterConfig::OtlpGrpc(_)
             | ExporterConfig::OtlpHttp(_)
             | ExporterConfig::Debug(_) => {
-                SignalExporter::start_with_storage(id, config, metrics, storage).map(Self::Otlp)
+                SignalExporter::start(id, config, metrics, storage).map(Self::Otlp)
             }
             ExporterConfig::PrometheusRemoteWrite(remote_write_config) => {
                 RemoteWriteExporter::start_with_budget(

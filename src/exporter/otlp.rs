@@ -139,42 +139,25 @@ impl<P: Payload> fmt::Debug for SignalExporter<P> {
 }
 
 impl<P: Payload> SignalExporter<P> {
-    /// Builds the exporter for `P`'s signal and spawns its consumer tasks.
+    /// Builds the exporter for `P`'s signal and spawns its consumer tasks, with the
+    /// storage extension that `sending_queue.storage` names (ignored when it names none).
     ///
     /// Network exporters connect lazily: an unreachable endpoint is not an error here, it
-    /// shows up as retries.
+    /// shows up as retries. With storage, the queue starts opening here, off the async
+    /// workers: batches an earlier run left on disk are queued first, and `export` waits
+    /// until the queue is open.
     ///
     /// # Errors
     ///
-    /// [`ExporterError`] when the endpoint, a header or the TLS settings cannot be used.
+    /// [`ExporterError`] when the endpoint, a header or the TLS settings cannot be used;
+    /// [`ExporterError::Storage`] when the queue's directory is missing and may not be
+    /// created, and [`ExporterError::StorageNotProvided`] when the config names a storage
+    /// and `storage` is `None`.
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
     pub fn start(
-        id: &ComponentId,
-        config: &ExporterConfig,
-        metrics: ExporterMetrics,
-    ) -> Result<Self, ExporterError> {
-        Self::start_with_storage(id, config, metrics, None)
-    }
-
-    /// Like [`start`](Self::start), with the storage extension that
-    /// `sending_queue.storage` names (ignored when it names none). With storage, the queue
-    /// starts opening here, off the async workers: batches an earlier run left on disk are
-    /// queued first, and `export` waits until the queue is open.
-    ///
-    /// # Errors
-    ///
-    /// As [`start`](Self::start); also [`ExporterError::Storage`] when the queue's
-    /// directory is missing and may not be created, and
-    /// [`ExporterError::StorageNotProvided`] when the config names a storage and `storage`
-    /// is `None`.
-    ///
-    /// # Panics
-    ///
-    /// Outside a tokio runtime.
-    pub fn start_with_storage(
         id: &ComponentId,
         config: &ExporterConfig,
         metrics: ExporterMetrics,

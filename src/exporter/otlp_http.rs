@@ -88,7 +88,7 @@ impl HttpTransport {
                 _ => Accepted::default(),
             });
         }
-        Err(status::otlp_http(status, retry_after, &body))
+        Err(status::OTLP_HTTP.classify(status, retry_after, &body))
     }
 }
 

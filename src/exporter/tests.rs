@@ -40,6 +40,7 @@ use crate::exporter::core::metrics::{
     ExporterMetricFamilies, ExporterMetrics, FailureReason, RetryErrorType,
 };
 use crate::exporter::otlp::TracesExporter;
+use crate::otlp::count_spans;
 use crate::payload::TraceBatch;
 
 // === helpers ===
@@ -86,13 +87,9 @@ fn request(tag: u8, spans: usize) -> ExportTraceServiceRequest {
 }
 
 fn batch(req: &ExportTraceServiceRequest) -> TraceBatch {
-    let spans = req
-        .resource_spans
-        .iter()
-        .flat_map(|rs| &rs.scope_spans)
-        .map(|ss| ss.spans.len())
-        .sum();
-    TraceBatch::new(Bytes::from(req.encode_to_vec()), spans)
+    let request = Bytes::from(req.encode_to_vec());
+    let spans = count_spans(&request).unwrap();
+    TraceBatch::new(request, spans)
 }
 
 fn metrics(exporter: &str) -> (Registry, ExporterMetrics) {
@@ -177,11 +174,29 @@ fn far_deadline() -> Instant {
     Instant::now() + Duration::from_secs(20)
 }
 
-/// Starts OTLP gRPC exporter `otlp` on `config` with the queue disabled, so that `export`
-/// returns the outcome of the delivery.
-fn start_unqueued_grpc(mut config: OtlpExporterConfig, metrics: ExporterMetrics) -> TracesExporter {
+/// Starts traces exporter `name` on `config`, without a storage extension.
+fn start_traces(
+    name: &str,
+    config: ExporterConfig,
+    metrics: ExporterMetrics,
+) -> Result<TracesExporter, ExporterError> {
+    TracesExporter::start(&id(name), &config, metrics, None)
+}
+
+/// Serves `sink` and starts OTLP gRPC exporter `otlp` on it with the queue disabled (so
+/// that `export` returns the outcome of the delivery), after `configure` edits its config;
+/// with the registry of the exporter's metrics.
+async fn unqueued_grpc_to(
+    sink: &Arc<GrpcSinkState>,
+    configure: impl FnOnce(&mut OtlpExporterConfig),
+) -> (Registry, TracesExporter) {
+    let addr = spawn_grpc_sink(sink.clone()).await;
+    let (registry, metrics) = metrics("otlp");
+    let mut config = otlp_config(addr.to_string());
+    configure(&mut config);
     config.sending_queue.enabled = false;
-    TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), metrics).unwrap()
+    let exporter = start_traces("otlp", ExporterConfig::OtlpGrpc(config), metrics).unwrap();
+    (registry, exporter)
 }
 
 // === gRPC sink ===
@@ -364,7 +379,7 @@ async fn grpc_retries_until_every_batch_arrives_once() {
     let addr = spawn_grpc_sink(sink.clone()).await;
     let (registry, m) = metrics("otlp/tempo");
     let config = ExporterConfig::OtlpGrpc(otlp_config(addr.to_string()));
-    let exporter = TracesExporter::start(&id("otlp/tempo"), &config, m).unwrap();
+    let exporter = start_traces("otlp/tempo", config, m).unwrap();
 
     let sent_requests: Vec<_> = (1..=5).map(|tag| request(tag, tag as usize)).collect();
     for req in &sent_requests {
@@ -424,8 +439,7 @@ async fn http_retry_after_is_honoured() {
     let (registry, m) = metrics("otlphttp");
     let mut config = otlp_config(format!("http://{addr}"));
     config.sending_queue.enabled = false;
-    let exporter =
-        TracesExporter::start(&id("otlphttp"), &ExporterConfig::OtlpHttp(config), m).unwrap();
+    let exporter = start_traces("otlphttp", ExporterConfig::OtlpHttp(config), m).unwrap();
 
     let req = request(7, 3);
     exporter.export(batch(&req)).await.unwrap();
@@ -453,9 +467,7 @@ async fn http_retry_after_is_honoured() {
 #[tokio::test]
 async fn grpc_permanent_error_is_not_retried() {
     let sink = GrpcSinkState::scripted([Status::invalid_argument("bad span")]);
-    let addr = spawn_grpc_sink(sink.clone()).await;
-    let (registry, m) = metrics("otlp");
-    let exporter = start_unqueued_grpc(otlp_config(addr.to_string()), m);
+    let (registry, exporter) = unqueued_grpc_to(&sink, |_| {}).await;
 
     let err = exporter.export(batch(&request(1, 4))).await.unwrap_err();
     assert!(matches!(
@@ -485,7 +497,7 @@ async fn http_permanent_error_is_not_retried() {
     let addr = spawn_http_sink(sink.clone()).await;
     let (registry, m) = metrics("otlphttp/tempo");
     let config = ExporterConfig::OtlpHttp(otlp_config(format!("http://{addr}")));
-    let exporter = TracesExporter::start(&id("otlphttp/tempo"), &config, m).unwrap();
+    let exporter = start_traces("otlphttp/tempo", config, m).unwrap();
 
     exporter.export(batch(&request(1, 5))).await.unwrap();
     let report = exporter.shutdown(far_deadline()).await;
@@ -504,14 +516,13 @@ async fn http_permanent_error_is_not_retried() {
 async fn grpc_compression_reaches_sink_decodable() {
     for (compression, name) in [(Compression::Gzip, "gzip"), (Compression::Zstd, "zstd")] {
         let sink = Arc::new(GrpcSinkState::default());
-        let addr = spawn_grpc_sink(sink.clone()).await;
-        let (registry, m) = metrics("otlp");
-        let mut config = otlp_config(addr.to_string());
-        config.compression = compression;
-        config
-            .headers
-            .insert("X-Scope-OrgID".to_owned(), "tenant-1".to_owned());
-        let exporter = start_unqueued_grpc(config, m);
+        let (registry, exporter) = unqueued_grpc_to(&sink, |config| {
+            config.compression = compression;
+            config
+                .headers
+                .insert("X-Scope-OrgID".to_owned(), "tenant-1".to_owned());
+        })
+        .await;
         let req = request(3, 20);
         exporter.export(batch(&req)).await.unwrap();
 
@@ -541,8 +552,7 @@ async fn http_compression_reaches_sink_decodable() {
         config
             .headers
             .insert("x-scope-orgid".to_owned(), "tenant-1".to_owned());
-        let exporter =
-            TracesExporter::start(&id("otlphttp"), &ExporterConfig::OtlpHttp(config), m).unwrap();
+        let exporter = start_traces("otlphttp", ExporterConfig::OtlpHttp(config), m).unwrap();
         let req = request(5, 20);
         exporter.export(batch(&req)).await.unwrap();
 
@@ -571,9 +581,7 @@ async fn grpc_partial_success_is_counted() {
         }),
         ..Default::default()
     });
-    let addr = spawn_grpc_sink(sink.clone()).await;
-    let (registry, m) = metrics("otlp");
-    let exporter = start_unqueued_grpc(otlp_config(addr.to_string()), m);
+    let (registry, exporter) = unqueued_grpc_to(&sink, |_| {}).await;
     exporter.export(batch(&request(1, 5))).await.unwrap();
     exporter.export(batch(&request(2, 5))).await.unwrap();
 
@@ -588,11 +596,10 @@ async fn grpc_partial_success_is_counted() {
 #[tokio::test]
 async fn retries_disabled_fails_after_one_attempt() {
     let sink = GrpcSinkState::scripted([Status::unavailable("down")]);
-    let addr = spawn_grpc_sink(sink.clone()).await;
-    let (registry, m) = metrics("otlp");
-    let mut config = otlp_config(addr.to_string());
-    config.retry_on_failure.enabled = false;
-    let exporter = start_unqueued_grpc(config, m);
+    let (registry, exporter) = unqueued_grpc_to(&sink, |config| {
+        config.retry_on_failure.enabled = false;
+    })
+    .await;
     let err = exporter.export(batch(&request(1, 2))).await.unwrap_err();
     assert!(matches!(
         err,
@@ -614,7 +621,7 @@ async fn debug_exporter_logs_and_counts() {
     for verbosity in [Verbosity::Basic, Verbosity::Normal, Verbosity::Detailed] {
         let (registry, m) = metrics("debug");
         let config = ExporterConfig::Debug(DebugExporterConfig { verbosity });
-        let exporter = TracesExporter::start(&id("debug"), &config, m).unwrap();
+        let exporter = start_traces("debug", config, m).unwrap();
         exporter.export(batch(&request(1, 3))).await.unwrap();
         assert_eq!(sent(&registry, "debug"), Some(3.0));
         let handle = exporter.clone();
@@ -638,12 +645,12 @@ async fn registration_and_start_errors() {
 
     let config = otlp_config("http://".to_owned());
     assert!(matches!(
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m.clone()),
+        start_traces("otlp", ExporterConfig::OtlpGrpc(config), m.clone()),
         Err(ExporterError::InvalidEndpoint { .. })
     ));
     let config = otlp_config("tempo:4318".to_owned());
     assert!(matches!(
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpHttp(config), m.clone()),
+        start_traces("otlp", ExporterConfig::OtlpHttp(config), m.clone()),
         Err(ExporterError::InvalidEndpoint { .. })
     ));
     let mut config = otlp_config("tempo:4317".to_owned());
@@ -651,7 +658,7 @@ async fn registration_and_start_errors() {
         .headers
         .insert("bad header".to_owned(), "x".to_owned());
     assert!(matches!(
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m.clone()),
+        start_traces("otlp", ExporterConfig::OtlpGrpc(config), m.clone()),
         Err(ExporterError::InvalidHeader { .. })
     ));
     let mut config = otlp_config("tempo:4317".to_owned());
@@ -660,7 +667,7 @@ async fn registration_and_start_errors() {
         ..Default::default()
     };
     assert!(matches!(
-        TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m.clone()),
+        start_traces("otlp", ExporterConfig::OtlpGrpc(config), m.clone()),
         Err(ExporterError::Tls { .. })
     ));
     // TLS with the built-in roots and with verification skipped both build.
@@ -669,9 +676,9 @@ async fn registration_and_start_errors() {
         insecure_skip_verify: true,
         ..Default::default()
     };
-    TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpGrpc(config), m.clone()).unwrap();
+    start_traces("otlp", ExporterConfig::OtlpGrpc(config), m.clone()).unwrap();
     let config = otlp_config("https://tempo:4318".to_owned());
-    TracesExporter::start(&id("otlp"), &ExporterConfig::OtlpHttp(config), m).unwrap();
+    start_traces("otlp", ExporterConfig::OtlpHttp(config), m).unwrap();
 }
 
 /// A gRPC sink over TLS, with a leaf certificate for `sink.test` issued by `testdata/ca.pem`.
@@ -727,8 +734,7 @@ async fn grpc_over_tls() {
         config.tls = tls.clone();
         config.sending_queue.enabled = false;
         config.retry_on_failure.enabled = false;
-        let exporter =
-            TracesExporter::start(&id("otlp/tls"), &ExporterConfig::OtlpGrpc(config), m).unwrap();
+        let exporter = start_traces("otlp/tls", ExporterConfig::OtlpGrpc(config), m).unwrap();
         let req = request(8, 2);
         let result = exporter.export(batch(&req)).await;
         if delivers {

@@ -383,28 +383,29 @@ impl MemoryLimiter {
         self.metrics.rss.set(i64::try_from(rss).unwrap_or(i64::MAX));
         self.metrics.state.set(after as i64);
         if after != before {
-            let log = |level_error: bool| {
-                if level_error {
-                    tracing::warn!(
+            // One event at two levels (a `tracing` level is fixed per call site): entering
+            // pressure warns and names the limits, recovering is informational.
+            macro_rules! state_changed {
+                ($level:ident $(, $limit:ident = $value:expr)*) => {
+                    tracing::$level!(
                         event = "memory_limiter.state_changed",
                         from = before.label(),
                         to = after.label(),
                         rss_bytes = rss,
                         budget_used_bytes = used,
-                        soft_limit_bytes = self.limits.soft,
-                        hard_limit_bytes = self.limits.hard,
-                    );
-                } else {
-                    tracing::info!(
-                        event = "memory_limiter.state_changed",
-                        from = before.label(),
-                        to = after.label(),
-                        rss_bytes = rss,
-                        budget_used_bytes = used,
-                    );
-                }
-            };
-            log(after != LimiterState::Normal);
+                        $($limit = $value,)*
+                    )
+                };
+            }
+            if after == LimiterState::Normal {
+                state_changed!(info);
+            } else {
+                state_changed!(
+                    warn,
+                    soft_limit_bytes = self.limits.soft,
+                    hard_limit_bytes = self.limits.hard
+                );
+            }
         }
     }
 }

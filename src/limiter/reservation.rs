@@ -113,7 +113,15 @@ impl Drop for Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::MemoryLimiter;
     use crate::limiter::tests::limiter;
+
+    /// A limiter with a hard limit of 1000 bytes and a soft limit of 800, and its budget.
+    fn limiter_and_budget() -> (Arc<MemoryLimiter>, Arc<MemoryBudget>) {
+        let limiter = limiter(1000, 800);
+        let budget = limiter.budget().clone();
+        (limiter, budget)
+    }
 
     /// Scenario: 16 threads, released together by a barrier, each take reservations of 70
     /// bytes until refused (soft limit 800), hold them until all are done, then drop them;
@@ -124,8 +132,7 @@ mod tests {
     #[test]
     fn concurrent_reservations_never_pass_the_soft_limit_together() {
         const THREADS: usize = 16;
-        let limiter = limiter(1000, 800);
-        let budget = limiter.budget().clone();
+        let (limiter, budget) = limiter_and_budget();
         let barrier = std::sync::Barrier::new(THREADS);
         std::thread::scope(|scope| {
             for _ in 0..THREADS {
@@ -164,8 +171,7 @@ mod tests {
     /// leaves the reservation as it was.
     #[test]
     fn resizes_down_and_up_within_the_soft_limit() {
-        let limiter = limiter(1000, 800);
-        let budget = limiter.budget().clone();
+        let (limiter, budget) = limiter_and_budget();
         let mut reservation = limiter.reserve(300).expect("fits");
         assert_eq!(budget.used(), 300);
         reservation.resize(100).expect("shrinking always works");
@@ -204,8 +210,7 @@ mod tests {
     /// for good (not retryable), since they could never fit.
     #[test]
     fn admission_above_the_soft_limit() {
-        let limiter = limiter(1000, 800);
-        let budget = limiter.budget().clone();
+        let (limiter, budget) = limiter_and_budget();
         let reservation = limiter
             .reserve_between(10, 5000)
             .expect("admitted into an empty budget");
@@ -226,8 +231,7 @@ mod tests {
     /// Guarantees: dropping releases exactly what the reservation held at that moment.
     #[test]
     fn releases_on_drop() {
-        let limiter = limiter(1000, 800);
-        let budget = limiter.budget().clone();
+        let (limiter, budget) = limiter_and_budget();
         let first = limiter.reserve(200).expect("fits");
         let mut second = limiter.reserve(300).expect("fits");
         second.resize(50).expect("shrinks");
@@ -244,8 +248,7 @@ mod tests {
     /// until the last handle goes; an unlimited reservation yields no charge.
     #[test]
     fn into_charge_keeps_the_bytes() {
-        let limiter = limiter(1000, 800);
-        let budget = limiter.budget().clone();
+        let (limiter, budget) = limiter_and_budget();
         let mut reservation = limiter.reserve(600).expect("fits");
         reservation.resize(400).expect("shrinks");
         let charge = reservation.into_charge().expect("limited");

@@ -9,45 +9,75 @@ use crate::error::PipelineError;
 use crate::limiter::{Charge, MemoryBudget};
 use crate::otlp::{FramedRequest, ResourceSpansView};
 
-/// An encoded OTLP `ExportTraceServiceRequest` and the number of spans it holds.
-///
-/// The bytes are always a valid request: they were either checked by the wire reader at
-/// the receiver or written by the framer. Several of these concatenated are again a valid
-/// request (protobuf concatenates repeated fields), which is what makes batching cheap.
-#[derive(Clone, Debug, Default)]
-pub struct TraceBatch {
-    /// The encoded `ExportTraceServiceRequest`.
-    pub request: Bytes,
-    /// How many spans `request` holds.
-    pub span_count: usize,
-    /// The memory-budget charge for `request`'s buffer, once charged.
-    pub charge: Option<Arc<Charge>>,
+/// Declares a batch type: the encoded request, its item count in field `$items`, and the
+/// memory-budget charge, with equality that ignores the charge (it is bookkeeping).
+macro_rules! batch_type {
+    (
+        $(#[$doc:meta])*
+        $name:ident {
+            $(#[$request_doc:meta])*
+            request,
+            $(#[$items_doc:meta])*
+            $items:ident,
+        }
+        $(#[$new_doc:meta])*
+        new
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Default)]
+        pub struct $name {
+            $(#[$request_doc])*
+            pub request: Bytes,
+            $(#[$items_doc])*
+            pub $items: usize,
+            /// The memory-budget charge for `request`'s buffer, once charged.
+            pub charge: Option<Arc<Charge>>,
+        }
+
+        impl PartialEq for $name {
+            /// Batches are equal when they hold the same request; the charge is bookkeeping.
+            fn eq(&self, other: &Self) -> bool {
+                self.request == other.request && self.$items == other.$items
+            }
+        }
+
+        impl Eq for $name {}
+
+        impl $name {
+            $(#[$new_doc])*
+            pub fn new(request: Bytes, $items: usize) -> Self {
+                Self {
+                    request,
+                    $items,
+                    charge: None,
+                }
+            }
+
+            /// The encoded size in bytes.
+            pub fn byte_len(&self) -> usize {
+                self.request.len()
+            }
+        }
+    };
 }
 
-impl PartialEq for TraceBatch {
-    /// Batches are equal when they hold the same request; the charge is bookkeeping.
-    fn eq(&self, other: &Self) -> bool {
-        self.request == other.request && self.span_count == other.span_count
+batch_type! {
+    /// An encoded OTLP `ExportTraceServiceRequest` and the number of spans it holds.
+    ///
+    /// The bytes are always a valid request: they were either checked by the wire reader at
+    /// the receiver or written by the framer. Several of these concatenated are again a valid
+    /// request (protobuf concatenates repeated fields), which is what makes batching cheap.
+    TraceBatch {
+        /// The encoded `ExportTraceServiceRequest`.
+        request,
+        /// How many spans `request` holds.
+        span_count,
     }
+    /// Wraps already-validated request bytes holding `span_count` spans, uncharged.
+    new
 }
-
-impl Eq for TraceBatch {}
 
 impl TraceBatch {
-    /// Wraps already-validated request bytes holding `span_count` spans, uncharged.
-    pub fn new(request: Bytes, span_count: usize) -> Self {
-        Self {
-            request,
-            span_count,
-            charge: None,
-        }
-    }
-
-    /// The encoded size in bytes.
-    pub fn byte_len(&self) -> usize {
-        self.request.len()
-    }
-
     /// True when the batch holds no span.
     pub fn is_empty(&self) -> bool {
         self.span_count == 0
@@ -60,43 +90,19 @@ impl From<FramedRequest> for TraceBatch {
     }
 }
 
-/// An encoded OTLP `ExportMetricsServiceRequest` and the number of data points it holds.
-///
-/// Like [`TraceBatch`], the bytes are always a valid request, and several of them
-/// concatenated are again one.
-#[derive(Clone, Debug, Default)]
-pub struct MetricsBatch {
-    /// The encoded `ExportMetricsServiceRequest`.
-    pub request: Bytes,
-    /// How many data points `request` holds (the Collector's `metric_points`).
-    pub data_points: usize,
-    /// The memory-budget charge for `request`'s buffer, once charged.
-    pub charge: Option<Arc<Charge>>,
-}
-
-impl PartialEq for MetricsBatch {
-    /// Batches are equal when they hold the same request; the charge is bookkeeping.
-    fn eq(&self, other: &Self) -> bool {
-        self.request == other.request && self.data_points == other.data_points
+batch_type! {
+    /// An encoded OTLP `ExportMetricsServiceRequest` and the number of data points it holds.
+    ///
+    /// Like [`TraceBatch`], the bytes are always a valid request, and several of them
+    /// concatenated are again one.
+    MetricsBatch {
+        /// The encoded `ExportMetricsServiceRequest`.
+        request,
+        /// How many data points `request` holds (the Collector's `metric_points`).
+        data_points,
     }
-}
-
-impl Eq for MetricsBatch {}
-
-impl MetricsBatch {
     /// Wraps already-validated request bytes holding `data_points` data points.
-    pub fn new(request: Bytes, data_points: usize) -> Self {
-        Self {
-            request,
-            data_points,
-            charge: None,
-        }
-    }
-
-    /// The encoded size in bytes.
-    pub fn byte_len(&self) -> usize {
-        self.request.len()
-    }
+    new
 }
 
 /// What a receiver's validating walk of a request found.

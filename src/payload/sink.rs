@@ -105,6 +105,7 @@ impl<P: Payload> PipelineInput<P> {
 
 /// What a receiver (or connector) hands its data to: the inputs of every pipeline it
 /// belongs to.
+#[derive(Clone)]
 pub struct Sink<P: Payload> {
     inputs: Arc<[PipelineInput<P>]>,
     budget: Option<Arc<MemoryBudget>>,
@@ -116,16 +117,6 @@ pub type TracesSink = Sink<TraceBatch>;
 
 /// The sink of a metrics receiver or connector.
 pub type MetricsSink = Sink<MetricsBatch>;
-
-impl<P: Payload> Clone for Sink<P> {
-    fn clone(&self) -> Self {
-        Self {
-            inputs: self.inputs.clone(),
-            budget: self.budget.clone(),
-            give_up: self.give_up.clone(),
-        }
-    }
-}
 
 impl<P: Payload> Default for Sink<P> {
     /// A sink that feeds no pipeline.

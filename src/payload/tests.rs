@@ -69,6 +69,16 @@ fn queue(name: &str, capacity: usize) -> (PipelineInput<TraceBatch>, mpsc::Recei
     )
 }
 
+/// A pipeline queue of capacity 1 already holding a batch of 1 span.
+fn full_queue(name: &str) -> (PipelineInput<TraceBatch>, mpsc::Receiver<TraceBatch>) {
+    let (input, receiver) = queue(name, 1);
+    let PipelineInput::Queue { sender, .. } = &input else {
+        unreachable!()
+    };
+    sender.try_send(batch(1)).unwrap();
+    (input, receiver)
+}
+
 /// Scenario: a sink over two queues and a direct entry; every input has room.
 /// Guarantees: each pipeline gets the batch once; queued copies carry one charge of the
 /// request's bytes, released when the last copy is dropped.
@@ -204,11 +214,7 @@ async fn views_reach_direct_entries() {
 #[tokio::test(start_paused = true)]
 async fn deliver_waits_for_room() {
     let budget = MemoryBudget::new(1 << 20, 1 << 19);
-    let (a, mut a_rx) = queue("traces/a", 1);
-    let PipelineInput::Queue { sender, .. } = &a else {
-        unreachable!()
-    };
-    sender.try_send(batch(1)).unwrap();
+    let (a, mut a_rx) = full_queue("traces/a");
     let sink = Sink::new(vec![a], budget);
     assert!(sink.accept(batch(9)).await.is_err());
 
@@ -251,11 +257,7 @@ async fn deliver_into_a_stopped_pipeline_fails_and_counts() {
 #[tokio::test(start_paused = true)]
 async fn deliver_gives_up_at_the_signal() {
     let budget = MemoryBudget::new(1 << 20, 1 << 19);
-    let (a, mut a_rx) = queue("traces/a", 1);
-    let PipelineInput::Queue { sender, .. } = &a else {
-        unreachable!()
-    };
-    sender.try_send(batch(1)).unwrap();
+    let (a, mut a_rx) = full_queue("traces/a");
     let (lost, counter) = loss_counter();
     let (signal, give_up) = GiveUp::new(lost);
     let sink = Sink::new(vec![a], budget).with_give_up(give_up);

@@ -108,19 +108,24 @@ impl Pipelines {
 }
 
 /// One signal's share of the build: each pipeline's entry, the connectors feeding this
-/// signal's pipelines, and the give-up view its stages use.
-struct SignalGraph<P: Payload> {
+/// signal's pipelines, the give-up view its stages use, and the processor tasks and
+/// exporters started for it (handed to the drain at the end).
+struct SignalGraph<P: Wiring> {
     entries: BTreeMap<PipelineId, PipelineInput<P>>,
     connectors: BTreeMap<ComponentId, SharedConsumer<P>>,
     give_up: GiveUp,
+    stage_tasks: Vec<JoinHandle<()>>,
+    exporters: Vec<(ComponentId, P::Exporter)>,
 }
 
-impl<P: Payload> SignalGraph<P> {
+impl<P: Wiring> SignalGraph<P> {
     fn new(give_up: GiveUp) -> Self {
         Self {
             entries: BTreeMap::new(),
             connectors: BTreeMap::new(),
             give_up,
+            stage_tasks: Vec::new(),
+            exporters: Vec::new(),
         }
     }
 
@@ -162,7 +167,8 @@ struct Builder<'c> {
     span_metrics_families: SpanMetricsMetricFamilies,
     traces: SignalGraph<TraceBatch>,
     metrics: SignalGraph<MetricsBatch>,
-    stages: DrainStages,
+    /// The span metrics flushers (see [`DrainStages::connector_tasks`]).
+    connector_tasks: Vec<JoinHandle<()>>,
 }
 
 /// Starts every exporter, processor and connector of the pipelines in `config`.
@@ -200,16 +206,7 @@ pub fn build_pipelines(
         span_metrics_families: SpanMetricsMetricFamilies::register(registry)?,
         traces: SignalGraph::new(traces_give_up),
         metrics: SignalGraph::new(metrics_give_up),
-        stages: DrainStages {
-            traces_stages: Vec::new(),
-            connector_tasks: Vec::new(),
-            metrics_stages: Vec::new(),
-            traces_exporters: Vec::new(),
-            metrics_exporters: Vec::new(),
-            give_up,
-            lost_spans,
-            lost_points,
-        },
+        connector_tasks: Vec::new(),
     };
     for pipeline_id in downstream_first(config) {
         match pipeline_id.signal {
@@ -221,7 +218,16 @@ pub fn build_pipelines(
     Ok(Pipelines {
         traces_sinks: builder.traces.receiver_sinks(config, budget),
         metrics_sinks: builder.metrics.receiver_sinks(config, budget),
-        stages: builder.stages,
+        stages: DrainStages {
+            traces_stages: builder.traces.stage_tasks,
+            connector_tasks: builder.connector_tasks,
+            metrics_stages: builder.metrics.stage_tasks,
+            traces_exporters: builder.traces.exporters,
+            metrics_exporters: builder.metrics.exporters,
+            give_up,
+            lost_spans,
+            lost_points,
+        },
     })
 }
 
@@ -265,12 +271,8 @@ trait Wiring: Payload {
     /// The exporter handle of this signal.
     type Exporter: Consumer<Self> + Clone + 'static;
 
+    /// This signal's share of the build.
     fn graph<'b>(builder: &'b mut Builder<'_>) -> &'b mut SignalGraph<Self>;
-
-    /// The processor tasks of this signal's pipelines, in the drain's grouping.
-    fn stage_tasks(stages: &mut DrainStages) -> &mut Vec<JoinHandle<()>>;
-
-    fn exporters(stages: &mut DrainStages) -> &mut Vec<(ComponentId, Self::Exporter)>;
 
     fn start_exporter(
         builder: &Builder<'_>,
@@ -304,14 +306,6 @@ impl Wiring for TraceBatch {
         &mut builder.traces
     }
 
-    fn stage_tasks(stages: &mut DrainStages) -> &mut Vec<JoinHandle<()>> {
-        &mut stages.traces_stages
-    }
-
-    fn exporters(stages: &mut DrainStages) -> &mut Vec<(ComponentId, Self::Exporter)> {
-        &mut stages.traces_exporters
-    }
-
     fn start_exporter(
         builder: &Builder<'_>,
         id: &ComponentId,
@@ -319,7 +313,7 @@ impl Wiring for TraceBatch {
         storage: Option<&QueueStorage>,
     ) -> Result<Self::Exporter, ExporterError> {
         let metrics = builder.exporter_families.for_exporter(id);
-        TracesExporter::start_with_storage(id, config, metrics, storage)
+        TracesExporter::start(id, config, metrics, storage)
     }
 
     fn new_connector(
@@ -340,10 +334,7 @@ impl Wiring for TraceBatch {
                     builder.connector_sink::<MetricsBatch>(id),
                     builder.budget.clone(),
                 );
-                builder
-                    .stages
-                    .connector_tasks
-                    .push(tokio::spawn(flusher.run()));
+                builder.connector_tasks.push(tokio::spawn(flusher.run()));
                 Arc::new(connector)
             }
         })
@@ -376,8 +367,8 @@ impl Wiring for TraceBatch {
         );
         let sampler = ingest.sampler().clone();
         builder
-            .stages
-            .traces_stages
+            .traces
+            .stage_tasks
             .push(tokio::spawn(sampler.run(intake_closed, downstream.clone())));
         Ok(Some(Arc::new(ingest)))
     }
@@ -388,14 +379,6 @@ impl Wiring for MetricsBatch {
 
     fn graph<'b>(builder: &'b mut Builder<'_>) -> &'b mut SignalGraph<Self> {
         &mut builder.metrics
-    }
-
-    fn stage_tasks(stages: &mut DrainStages) -> &mut Vec<JoinHandle<()>> {
-        &mut stages.metrics_stages
-    }
-
-    fn exporters(stages: &mut DrainStages) -> &mut Vec<(ComponentId, Self::Exporter)> {
-        &mut stages.metrics_exporters
     }
 
     fn start_exporter(
@@ -501,7 +484,7 @@ impl Builder<'_> {
             }
             return Ok(consumer);
         }
-        if let Some((_, exporter)) = P::exporters(&mut self.stages).iter().find(|(e, _)| e == id) {
+        if let Some((_, exporter)) = P::graph(self).exporters.iter().find(|(e, _)| e == id) {
             return Ok(Some(Arc::new(exporter.clone())));
         }
         let Some(exporter_config) = self.config.exporters.get(id) else {
@@ -515,7 +498,9 @@ impl Builder<'_> {
                     source,
                 }
             })?;
-        P::exporters(&mut self.stages).push((id.clone(), exporter.clone()));
+        P::graph(self)
+            .exporters
+            .push((id.clone(), exporter.clone()));
         Ok(Some(Arc::new(exporter)))
     }
 
@@ -551,7 +536,8 @@ impl Builder<'_> {
                         self.batch_families.for_processor(id),
                         self.budget.clone(),
                     );
-                    P::stage_tasks(&mut self.stages)
+                    P::graph(self)
+                        .stage_tasks
                         .push(tokio::spawn(batcher.run(receiver, downstream)));
                     downstream = Downstream::stage(sender).with_give_up(give_up.clone());
                 }
@@ -575,7 +561,9 @@ impl Builder<'_> {
             },
             (None, Target::Exporters(_)) => {
                 let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
-                P::stage_tasks(&mut self.stages).push(tokio::spawn(forward(receiver, downstream)));
+                P::graph(self)
+                    .stage_tasks
+                    .push(tokio::spawn(forward(receiver, downstream)));
                 PipelineInput::Queue {
                     id: pipeline_id.clone(),
                     sender,

@@ -112,13 +112,11 @@ impl QueueInner {
 
     fn publish_disk_bytes(&self) {
         let bytes = self.disk_bytes.load(Ordering::Acquire);
-        self.metrics
-            .disk_bytes
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.metrics.set_disk_bytes(bytes);
     }
 
     fn report(&self, exporter: &str, corruption: &Corruption) {
-        self.metrics.corrupt.inc();
+        self.metrics.record_corrupt();
         tracing::error!(
             event = "exporter.queue.corrupt",
             exporter,
@@ -291,7 +289,7 @@ impl<P: Payload> DiskQueue<P> {
                             exporter = %shared.id(),
                         );
                     }
-                    inner.metrics.persisted.inc_by(items as u64);
+                    inner.metrics.record_persisted(items);
                     inner.publish_disk_bytes();
                     inner.available.notify_waiters();
                     // The batch, and its memory-budget charge, are released here.
@@ -428,7 +426,7 @@ async fn open<P: Payload, T: Transport<Request = Bytes>>(
     for corruption in &recovered.corrupt {
         inner.report(shared.id(), corruption);
     }
-    inner.metrics.replayed.inc_by(recovered.items);
+    inner.metrics.record_replayed(recovered.items);
     inner.publish_disk_bytes();
     let weak = Arc::downgrade(&inner);
     shared.metrics().observe_queue(

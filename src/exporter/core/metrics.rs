@@ -25,33 +25,23 @@ use crate::telemetry::{counter_vec, gauge_vec};
 
 /// Metric names and help texts, in one place.
 mod desc {
-    pub const SENT_SPANS: (&str, &str) = (
-        "otelcol_exporter_sent_spans_total",
-        "Number of spans successfully sent to destination.",
-    );
-    pub const SEND_FAILED_SPANS: (&str, &str) = (
-        "otelcol_exporter_send_failed_spans_total",
-        "Number of spans in failed attempts to send to destination, by reason \
-         (permanent, retries_exhausted, partial_success, shutdown).",
-    );
-    pub const ENQUEUE_FAILED_SPANS: (&str, &str) = (
-        "otelcol_exporter_enqueue_failed_spans_total",
-        "Number of spans failed to be added to the sending queue (the exporter was shut down).",
-    );
-    pub const SENT_POINTS: (&str, &str) = (
-        "otelcol_exporter_sent_metric_points_total",
-        "Number of metric points successfully sent to destination.",
-    );
-    pub const SEND_FAILED_POINTS: (&str, &str) = (
-        "otelcol_exporter_send_failed_metric_points_total",
-        "Number of metric points in failed attempts to send to destination, by reason \
-         (permanent, retries_exhausted, partial_success, shutdown).",
-    );
-    pub const ENQUEUE_FAILED_POINTS: (&str, &str) = (
-        "otelcol_exporter_enqueue_failed_metric_points_total",
-        "Number of metric points failed to be added to the sending queue (the exporter was \
-         shut down).",
-    );
+    /// The Collector's families kept once per item kind, as (verb, labels, help after the
+    /// noun): `otelcol_exporter_{verb}_{item}_total` with help "Number of {noun} {help}",
+    /// item and noun being `spans` and "spans", or `metric_points` and "metric points".
+    pub const ITEM_FAMILIES: [(&str, &[&str], &str); 3] = [
+        ("sent", &["exporter"], "successfully sent to destination."),
+        (
+            "send_failed",
+            &["exporter", "reason"],
+            "in failed attempts to send to destination, by reason (permanent, \
+             retries_exhausted, partial_success, shutdown).",
+        ),
+        (
+            "enqueue_failed",
+            &["exporter"],
+            "failed to be added to the sending queue (the exporter was shut down).",
+        ),
+    ];
     pub const QUEUE_SIZE: (&str, &str) = (
         "otelcol_exporter_queue_size",
         "Current size of the retry queue (in batches), by data_type (traces, metrics).",
@@ -193,6 +183,33 @@ struct ItemFamilies {
     dropped: IntCounterVec,
 }
 
+impl ItemFamilies {
+    /// Registers the families counting `item` (`noun` in help texts), with `dropped` the
+    /// family of lost items.
+    fn register(
+        registry: &Registry,
+        item: &str,
+        noun: &str,
+        dropped: (&str, &str),
+    ) -> Result<Self, prometheus::Error> {
+        let [sent, send_failed, enqueue_failed] =
+            desc::ITEM_FAMILIES.map(|(verb, labels, help)| {
+                let name = format!("otelcol_exporter_{verb}_{item}_total");
+                counter_vec(
+                    registry,
+                    (&name, &format!("Number of {noun} {help}")),
+                    labels,
+                )
+            });
+        Ok(Self {
+            sent: sent?,
+            send_failed: send_failed?,
+            enqueue_failed: enqueue_failed?,
+            dropped: counter_vec(registry, dropped, &["reason"])?,
+        })
+    }
+}
+
 /// The exporter metric families, registered once per registry.
 ///
 /// Cloning shares the families.
@@ -208,13 +225,7 @@ pub struct ExporterMetricFamilies {
 }
 
 /// The persistent queue's families (series exist only for exporters with `storage`).
-#[derive(Clone, Debug)]
-struct DiskQueueFamilies {
-    replayed: IntCounterVec,
-    persisted: IntCounterVec,
-    corrupt: IntCounterVec,
-    disk_bytes: IntGaugeVec,
-}
+type DiskQueueFamilies = DiskQueueMetrics<IntCounterVec, IntGaugeVec>;
 
 impl ExporterMetricFamilies {
     /// Creates the families and registers them with `registry`.
@@ -226,26 +237,13 @@ impl ExporterMetricFamilies {
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let queue_size = Arc::new(QueueSizeCollector::new()?);
         let families = Self {
-            spans: ItemFamilies {
-                sent: counter_vec(registry, desc::SENT_SPANS, &["exporter"])?,
-                send_failed: counter_vec(
-                    registry,
-                    desc::SEND_FAILED_SPANS,
-                    &["exporter", "reason"],
-                )?,
-                enqueue_failed: counter_vec(registry, desc::ENQUEUE_FAILED_SPANS, &["exporter"])?,
-                dropped: counter_vec(registry, desc::DROPPED_SPANS, &["reason"])?,
-            },
-            points: ItemFamilies {
-                sent: counter_vec(registry, desc::SENT_POINTS, &["exporter"])?,
-                send_failed: counter_vec(
-                    registry,
-                    desc::SEND_FAILED_POINTS,
-                    &["exporter", "reason"],
-                )?,
-                enqueue_failed: counter_vec(registry, desc::ENQUEUE_FAILED_POINTS, &["exporter"])?,
-                dropped: counter_vec(registry, desc::DROPPED_POINTS, &["reason"])?,
-            },
+            spans: ItemFamilies::register(registry, "spans", "spans", desc::DROPPED_SPANS)?,
+            points: ItemFamilies::register(
+                registry,
+                "metric_points",
+                "metric points",
+                desc::DROPPED_POINTS,
+            )?,
             queue_capacity: gauge_vec(registry, desc::QUEUE_CAPACITY, &["exporter", "data_type"])?,
             in_flight: gauge_vec(registry, desc::IN_FLIGHT, &["exporter"])?,
             retries: counter_vec(registry, desc::RETRIES, &["exporter", "error_type"])?,
@@ -330,17 +328,41 @@ pub struct ExporterMetrics {
     disk: DiskQueueFamilies,
 }
 
-/// The persistent queue's label-bound handles.
+/// The persistent queue's metrics: one exporter's label-bound handles, or (with the
+/// vector types for `C` and `G`) the families they are bound from.
 #[derive(Clone, Debug)]
-pub(crate) struct DiskQueueMetrics {
+pub(crate) struct DiskQueueMetrics<C = IntCounter, G = IntGauge> {
     /// `tailgate_exporter_queue_replayed_items_total`.
-    pub(crate) replayed: IntCounter,
+    replayed: C,
     /// `tailgate_exporter_queue_persisted_items_total`.
-    pub(crate) persisted: IntCounter,
+    persisted: C,
     /// `tailgate_exporter_queue_corrupt_records_total`.
-    pub(crate) corrupt: IntCounter,
+    corrupt: C,
     /// `tailgate_exporter_queue_disk_bytes`.
-    pub(crate) disk_bytes: IntGauge,
+    disk_bytes: G,
+}
+
+impl DiskQueueMetrics {
+    /// `items` left undelivered by an earlier run were found and queued.
+    pub(crate) fn record_replayed(&self, items: u64) {
+        self.replayed.inc_by(items);
+    }
+
+    /// `items` were written to the queue.
+    pub(crate) fn record_persisted(&self, items: usize) {
+        self.persisted.inc_by(items as u64);
+    }
+
+    /// A damaged record was found and skipped.
+    pub(crate) fn record_corrupt(&self) {
+        self.corrupt.inc();
+    }
+
+    /// The queue's segment files now hold `bytes`.
+    pub(crate) fn set_disk_bytes(&self, bytes: u64) {
+        self.disk_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
 }
 
 impl ExporterMetrics {

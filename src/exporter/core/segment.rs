@@ -757,6 +757,7 @@ pub(crate) fn read_record(
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::*;
+    use std::ops::Range;
 
     /// Reopens the store in `dir` and asserts it recovers no record and no corruption.
     fn assert_reopens_empty(dir: &Path) {
@@ -790,6 +791,40 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Takes, reads and acks every unread record; returns the payloads.
+    fn drain_payloads(store: &mut Store) -> Vec<Vec<u8>> {
+        drain(store, true).into_iter().map(|(p, _)| p).collect()
+    }
+
+    /// A new store in `dir` holding a record of `payload(i)`, `items` items, for each `i` of
+    /// `payloads`; with the records' places.
+    fn filled_store(dir: &Path, payloads: Range<u32>, items: u32) -> (Store, Vec<RecordRef>) {
+        let (mut store, _) = Store::open(dir, options()).unwrap();
+        let records = payloads
+            .map(|i| store.append(&payload(i), items).unwrap().unwrap())
+            .collect();
+        (store, records)
+    }
+
+    /// Fills a store in `dir` as [`filled_store`] does and closes it, applies `damage` to the
+    /// bytes of the segment holding record `damaged` (given that record), and reopens it.
+    fn reopen_damaged(
+        dir: &Path,
+        payloads: Range<u32>,
+        items: u32,
+        damaged: usize,
+        damage: impl FnOnce(&mut Vec<u8>, RecordRef),
+    ) -> (Store, Recovered, Vec<RecordRef>) {
+        let (store, records) = filled_store(dir, payloads, items);
+        drop(store);
+        let path = segment_path(dir, records[damaged].segment);
+        let mut data = fs::read(&path).unwrap();
+        damage(&mut data, records[damaged]);
+        fs::write(&path, &data).unwrap();
+        let (store, recovered) = Store::open(dir, options()).unwrap();
+        (store, recovered, records)
     }
 
     fn segments(dir: &Path) -> Vec<PathBuf> {
@@ -836,13 +871,9 @@ mod tests {
     #[test]
     fn truncated_tail_is_reported_and_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), options()).unwrap();
-        let mut last = None;
-        for i in 0..5 {
-            last = store.append(&payload(i), 1).unwrap();
-        }
+        let (store, records) = filled_store(dir.path(), 0..5, 1);
         drop(store);
-        let last = last.unwrap();
+        let last = records[4];
         let path = segment_path(dir.path(), last.segment);
         let file = OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(last.offset + RECORD_HEADER + 3).unwrap();
@@ -866,19 +897,12 @@ mod tests {
     #[test]
     fn flipped_byte_is_skipped_and_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), options()).unwrap();
-        let records: Vec<RecordRef> = (0..3)
-            .map(|i| store.append(&payload(10 + i), 7).unwrap().unwrap())
-            .collect();
-        drop(store);
-        let path = segment_path(dir.path(), records[1].segment);
-        let mut data = fs::read(&path).unwrap();
-        let at = (records[1].offset + RECORD_HEADER + 2) as usize;
-        data[at] ^= 0x40;
-        data.extend_from_slice(&RECORD_MAGIC.to_le_bytes()[..3]);
-        fs::write(&path, &data).unwrap();
-
-        let (mut store, recovered) = Store::open(dir.path(), options()).unwrap();
+        let (mut store, recovered, records) =
+            reopen_damaged(dir.path(), 10..13, 7, 1, |data, middle| {
+                let at = (middle.offset + RECORD_HEADER + 2) as usize;
+                data[at] ^= 0x40;
+                data.extend_from_slice(&RECORD_MAGIC.to_le_bytes()[..3]);
+            });
         assert_eq!(recovered.records, 2);
         assert_eq!(
             recovered
@@ -894,11 +918,7 @@ mod tests {
                 ),
             ]
         );
-        let read: Vec<_> = drain(&mut store, true)
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        assert_eq!(read, vec![payload(10), payload(12)]);
+        assert_eq!(drain_payloads(&mut store), vec![payload(10), payload(12)]);
     }
 
     /// Scenario: a record's length field is overwritten with a huge value.
@@ -907,24 +927,14 @@ mod tests {
     #[test]
     fn bad_length_resynchronizes() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), options()).unwrap();
-        let records: Vec<RecordRef> = (0..3)
-            .map(|i| store.append(&payload(i), 1).unwrap().unwrap())
-            .collect();
-        drop(store);
-        let path = segment_path(dir.path(), records[0].segment);
-        let mut data = fs::read(&path).unwrap();
-        let at = records[0].offset as usize + 4;
-        data[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-        fs::write(&path, &data).unwrap();
-        let (mut store, recovered) = Store::open(dir.path(), options()).unwrap();
+        let (mut store, recovered, records) =
+            reopen_damaged(dir.path(), 0..3, 1, 0, |data, first| {
+                let at = first.offset as usize + 4;
+                data[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            });
         assert_eq!(recovered.corrupt.len(), 1);
         assert_eq!(recovered.corrupt[0].offset, records[0].offset);
-        let read: Vec<_> = drain(&mut store, true)
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        assert_eq!(read, vec![payload(1), payload(2)]);
+        assert_eq!(drain_payloads(&mut store), vec![payload(1), payload(2)]);
     }
 
     /// Scenario: segments of at most 1 KiB and 40 records of 25 to 75 bytes.
@@ -946,11 +956,10 @@ mod tests {
             "{:?}",
             segments(dir.path())
         );
-        let read: Vec<_> = drain(&mut store, true)
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        assert_eq!(read, (0..40).map(payload).collect::<Vec<_>>());
+        assert_eq!(
+            drain_payloads(&mut store),
+            (0..40).map(payload).collect::<Vec<_>>()
+        );
         assert_eq!(segments(dir.path()).len(), 1);
         assert_eq!(store.live(), 0);
     }
@@ -962,10 +971,7 @@ mod tests {
     #[test]
     fn ack_position_persists_across_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), options()).unwrap();
-        for i in 0..10 {
-            store.append(&payload(i), 1).unwrap().unwrap();
-        }
+        let (mut store, _) = filled_store(dir.path(), 0..10, 1);
         let taken: Vec<RecordRef> = std::iter::from_fn(|| store.take()).collect();
         for record in taken[..4].iter().chain([&taken[6]]) {
             store.ack(*record).unwrap();
@@ -975,11 +981,10 @@ mod tests {
 
         let (mut store, recovered) = Store::open(dir.path(), options()).unwrap();
         assert_eq!(recovered.records, 6);
-        let read: Vec<_> = drain(&mut store, true)
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        assert_eq!(read, (4..10).map(payload).collect::<Vec<_>>());
+        assert_eq!(
+            drain_payloads(&mut store),
+            (4..10).map(payload).collect::<Vec<_>>()
+        );
         drop(store);
 
         assert_reopens_empty(dir.path());
@@ -1044,10 +1049,7 @@ mod tests {
     #[test]
     fn damaged_ack_file_replays_everything() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), options()).unwrap();
-        for i in 0..4 {
-            store.append(&payload(i), 1).unwrap().unwrap();
-        }
+        let (mut store, _) = filled_store(dir.path(), 0..4, 1);
         let first = store.take().unwrap();
         store.ack(first).unwrap();
         drop(store);

@@ -30,6 +30,26 @@ const OTLP_BODY_EXCERPT: usize = 256;
 /// message is logged as it wrote it).
 pub(crate) const REMOTE_WRITE_BODY_EXCERPT: usize = 1024;
 
+/// The answer rule of an HTTP protocol family: 429 and the 5xx statuses in `retryable_5xx`
+/// are retryable, with the `Retry-After` hint; every other non-2xx is permanent.
+pub(crate) struct HttpRule {
+    retryable_5xx: RangeInclusive<u16>,
+    /// How much of an error body goes into the error message.
+    body_excerpt: usize,
+}
+
+/// OTLP/HTTP: 429, 502, 503 and 504 are retryable, everything else is permanent.
+pub(crate) const OTLP_HTTP: HttpRule = HttpRule {
+    retryable_5xx: 502..=504,
+    body_excerpt: OTLP_BODY_EXCERPT,
+};
+
+/// Remote write: 429 and every 5xx are retryable, every other status is permanent.
+pub(crate) const REMOTE_WRITE: HttpRule = HttpRule {
+    retryable_5xx: 500..=599,
+    body_excerpt: REMOTE_WRITE_BODY_EXCERPT,
+};
+
 /// Classifies a failed OTLP/gRPC call.
 ///
 /// A status that tonic synthesized from a local transport error (it has a `source`; a
@@ -58,45 +78,25 @@ pub(crate) fn grpc(status: &Status) -> AttemptError {
     }
 }
 
-/// Classifies a non-2xx OTLP/HTTP answer: 429, 502, 503 and 504 are retryable (with the
-/// `Retry-After` hint), everything else is permanent.
-pub(crate) fn otlp_http(
-    status: StatusCode,
-    retry_after: Option<Duration>,
-    body: &[u8],
-) -> AttemptError {
-    let message = status_message(status, body, OTLP_BODY_EXCERPT);
-    http_answer(status, retry_after, message, 502..=504)
-}
-
-/// Classifies a non-2xx remote-write answer: 429 and every 5xx are retryable (with the
-/// `Retry-After` hint), every other status is permanent.
-pub(crate) fn remote_write(
-    status: StatusCode,
-    retry_after: Option<Duration>,
-    body: &[u8],
-) -> AttemptError {
-    let message = status_message(status, body, REMOTE_WRITE_BODY_EXCERPT);
-    http_answer(status, retry_after, message, 500..=599)
-}
-
-/// The rule both HTTP classifiers share: 429 and the 5xx statuses in `retryable_5xx` are
-/// retryable, with the `Retry-After` hint; everything else is permanent.
-fn http_answer(
-    status: StatusCode,
-    retry_after: Option<Duration>,
-    message: String,
-    retryable_5xx: RangeInclusive<u16>,
-) -> AttemptError {
-    let error_type = match status.as_u16() {
-        429 => RetryErrorType::Http429,
-        code if retryable_5xx.contains(&code) => RetryErrorType::Http5xx,
-        _ => return AttemptError::Permanent { message },
-    };
-    AttemptError::Retryable {
-        error_type,
-        throttle: retry_after,
-        message,
+impl HttpRule {
+    /// Classifies a non-2xx answer by this rule; the message keeps the start of `body`.
+    pub(crate) fn classify(
+        &self,
+        status: StatusCode,
+        retry_after: Option<Duration>,
+        body: &[u8],
+    ) -> AttemptError {
+        let message = status_message(status, body, self.body_excerpt);
+        let error_type = match status.as_u16() {
+            429 => RetryErrorType::Http429,
+            code if self.retryable_5xx.contains(&code) => RetryErrorType::Http5xx,
+            _ => return AttemptError::Permanent { message },
+        };
+        AttemptError::Retryable {
+            error_type,
+            throttle: retry_after,
+            message,
+        }
     }
 }
 
@@ -152,13 +152,17 @@ mod tests {
         for (code, otlp, rw) in table {
             let status = StatusCode::from_u16(code).unwrap();
             assert_eq!(
-                retryable(otlp_http(status, hint, b"x")),
+                retryable(OTLP_HTTP.classify(status, hint, b"x")),
                 otlp,
                 "otlp {code}"
             );
-            assert_eq!(retryable(remote_write(status, hint, b"x")), rw, "rw {code}");
+            assert_eq!(
+                retryable(REMOTE_WRITE.classify(status, hint, b"x")),
+                rw,
+                "rw {code}"
+            );
         }
-        match remote_write(StatusCode::BAD_REQUEST, None, b"out of order sample\n") {
+        match REMOTE_WRITE.classify(StatusCode::BAD_REQUEST, None, b"out of order sample\n") {
             AttemptError::Permanent { message } => {
                 assert_eq!(message, "HTTP 400 Bad Request: out of order sample");
             }
@@ -166,11 +170,11 @@ mod tests {
         }
         // The excerpt is bounded per family.
         let long = vec![b'a'; 4096];
-        let otlp_len = match otlp_http(StatusCode::BAD_REQUEST, None, &long) {
+        let otlp_len = match OTLP_HTTP.classify(StatusCode::BAD_REQUEST, None, &long) {
             AttemptError::Permanent { message } => message.len(),
             other => panic!("{other:?}"),
         };
-        let rw_len = match remote_write(StatusCode::BAD_REQUEST, None, &long) {
+        let rw_len = match REMOTE_WRITE.classify(StatusCode::BAD_REQUEST, None, &long) {
             AttemptError::Permanent { message } => message.len(),
             other => panic!("{other:?}"),
         };

@@ -91,6 +91,17 @@ fn retries(registry: &Registry, error_type: &str) -> f64 {
     )
 }
 
+/// One `retry::deliver` of `request` through `transport` with `retry`, watching `shared`'s
+/// drain deadline.
+async fn deliver(
+    shared: &Shared,
+    transport: &Scripted,
+    retry: &RetryConfig,
+    request: &Bytes,
+) -> Outcome {
+    retry::deliver(shared, transport, retry, request, &mut shared.deadline()).await
+}
+
 /// Retries with no jitter, so that every wait is exact.
 fn exact(initial_ms: u64, max_ms: u64, max_elapsed_ms: Option<u64>) -> RetryConfig {
     RetryConfig {
@@ -182,12 +193,11 @@ fn batch(tag: u8, spans: usize) -> TraceBatch {
 async fn retries_follow_the_backoff_exactly() {
     let (registry, shared) = shared();
     let transport = Scripted::new((0..5).map(|_| Err(unavailable())));
-    let outcome = retry::deliver(
+    let outcome = deliver(
         &shared,
         &transport,
         &exact(100, 1000, None),
         &Bytes::from_static(b"r"),
-        &mut shared.deadline(),
     )
     .await;
     assert_eq!(outcome, Outcome::Delivered(Accepted::default()));
@@ -211,14 +221,7 @@ async fn jitter_stays_within_its_bounds() {
     for _ in 0..200 {
         let mut transport = Scripted::new((0..4).map(|_| Err(unavailable())));
         transport.start = Instant::now();
-        let _ = retry::deliver(
-            &shared,
-            &transport,
-            &config,
-            &Bytes::new(),
-            &mut shared.deadline(),
-        )
-        .await;
+        let _ = deliver(&shared, &transport, &config, &Bytes::new()).await;
         let at = transport.at_ms();
         let waits: Vec<u128> = at.windows(2).map(|w| w[1] - w[0]).collect();
         for (wait, (low, high)) in
@@ -254,25 +257,14 @@ async fn throttle_hints_stretch_the_backoff_exactly() {
     };
     let transport = Scripted::new([
         Err(status::grpc(&retry_info)),
-        Err(status::otlp_http(
-            StatusCode::SERVICE_UNAVAILABLE,
-            retry_after("2"),
-            b"busy",
-        )),
-        Err(status::remote_write(
+        Err(status::OTLP_HTTP.classify(StatusCode::SERVICE_UNAVAILABLE, retry_after("2"), b"busy")),
+        Err(status::REMOTE_WRITE.classify(
             StatusCode::TOO_MANY_REQUESTS,
             retry_after("0"),
             b"slow down",
         )),
     ]);
-    let outcome = retry::deliver(
-        &shared,
-        &transport,
-        &exact(100, 1000, None),
-        &Bytes::new(),
-        &mut shared.deadline(),
-    )
-    .await;
+    let outcome = deliver(&shared, &transport, &exact(100, 1000, None), &Bytes::new()).await;
     assert!(matches!(outcome, Outcome::Delivered(_)));
     assert_eq!(transport.at_ms(), vec![0, 3000, 5000, 5400]);
     assert_eq!(retries(&registry, "resource_exhausted"), 1.0);
@@ -291,12 +283,11 @@ async fn max_elapsed_time_and_disabled_retries_give_up() {
     let mut transport = Scripted::new([]);
     transport.always = Some(unavailable());
     let started = Instant::now();
-    let outcome = retry::deliver(
+    let outcome = deliver(
         &shared,
         &transport,
         &exact(1000, 10_000, Some(5000)),
         &Bytes::new(),
-        &mut shared.deadline(),
     )
     .await;
     assert_eq!(
@@ -314,14 +305,7 @@ async fn max_elapsed_time_and_disabled_retries_give_up() {
     disabled.enabled = false;
     let mut once = Scripted::new([]);
     once.always = Some(unavailable());
-    let outcome = retry::deliver(
-        &shared,
-        &once,
-        &disabled,
-        &Bytes::new(),
-        &mut shared.deadline(),
-    )
-    .await;
+    let outcome = deliver(&shared, &once, &disabled, &Bytes::new()).await;
     assert!(matches!(
         outcome,
         Outcome::Failed {

@@ -19,7 +19,7 @@ use super::proto::prompb::{MetricMetadata, WriteRequest};
 use super::shard::{ShardBatch, series_encoded_len};
 use super::transport::{Protocol, RemoteWriteTransport, Reply, Written};
 use super::v2;
-use crate::config::RetryConfig;
+use crate::config::{RemoteWriteConfig, RemoteWriteMessage, RetryConfig};
 use crate::exporter::core::deliver::Deliver;
 use crate::exporter::core::outcome::{Accepted, AttemptError, Outcome, Settled};
 use crate::exporter::core::retry;
@@ -223,22 +223,20 @@ pub(crate) struct ShardDelivery {
 }
 
 impl ShardDelivery {
-    /// Delivery over `transport` with `retry`, counted in `shared`.
+    /// Delivery over `transport` by `config` (retries, message version, metadata, request
+    /// size), counted in `shared`.
     pub(crate) fn new(
         shared: Arc<Shared>,
         transport: Negotiated,
-        retry: RetryConfig,
-        v2_configured: bool,
-        v1_metadata: bool,
-        max_batch_bytes: usize,
+        config: &RemoteWriteConfig,
     ) -> Self {
         Self {
             shared,
             transport,
-            retry,
-            v2_configured,
-            v1_metadata,
-            max_batch_bytes,
+            retry: config.retry_on_failure.clone(),
+            v2_configured: config.protobuf_message == RemoteWriteMessage::V2,
+            v1_metadata: config.send_metadata,
+            max_batch_bytes: config.max_batch_size_bytes.get(),
         }
     }
 

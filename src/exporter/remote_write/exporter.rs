@@ -102,10 +102,7 @@ impl RemoteWriteExporter {
         let delivery = Arc::new(ShardDelivery::new(
             shared.clone(),
             Negotiated::new(http, v2, metrics.clone(), id.written.clone()),
-            config.retry_on_failure.clone(),
-            v2,
-            config.send_metadata,
-            config.max_batch_size_bytes.get(),
+            config,
         ));
         let queue = &config.remote_write_queue;
         tracing::info!(

@@ -36,6 +36,7 @@ use super::proto::prompb::{
     BucketSpan, Exemplar, Histogram, Label, MetricMetadata, Sample, TimeSeries, histogram,
     metric_metadata::MetricType,
 };
+use crate::otlp::metric_points;
 
 /// The NaN Prometheus reads as "this series ended" (staleness marker).
 pub const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
@@ -186,24 +187,8 @@ impl Builder {
         let mut series = self.series;
         for s in &mut series {
             let ts = &mut s.series;
-            ts.samples.sort_by_key(|sample| sample.timestamp);
-            // Equal timestamps: keep the last value written (a receiver refuses a second
-            // value for the same timestamp).
-            ts.samples.dedup_by(|later, earlier| {
-                let same = later.timestamp == earlier.timestamp;
-                if same {
-                    std::mem::swap(later, earlier);
-                }
-                same
-            });
-            ts.histograms.sort_by_key(|h| h.timestamp);
-            ts.histograms.dedup_by(|later, earlier| {
-                let same = later.timestamp == earlier.timestamp;
-                if same {
-                    std::mem::swap(later, earlier);
-                }
-                same
-            });
+            sort_keeping_last(&mut ts.samples, |sample| sample.timestamp);
+            sort_keeping_last(&mut ts.histograms, |h| h.timestamp);
             ts.exemplars.sort_by_key(|e| e.timestamp);
         }
         Translated {
@@ -339,6 +324,19 @@ fn translate_resource(rm: &ResourceMetrics, options: &Options, out: &mut Builder
     }
 }
 
+/// Sorts `values` by timestamp (stably) and, of equal timestamps, keeps the last value
+/// written: a receiver refuses a second value for the same timestamp.
+fn sort_keeping_last<T>(values: &mut Vec<T>, timestamp: impl Fn(&T) -> i64) {
+    values.sort_by_key(&timestamp);
+    values.dedup_by(|later, earlier| {
+        let same = timestamp(later) == timestamp(earlier);
+        if same {
+            std::mem::swap(later, earlier);
+        }
+        same
+    });
+}
+
 fn set_identity(labels: &mut BTreeMap<String, String>, ctx: &ResourceContext) {
     if let Some(job) = &ctx.job {
         labels.insert("job".to_owned(), job.clone());
@@ -378,44 +376,22 @@ impl ScopeContext<'_> {
             // No data: nothing to count.
             return None;
         };
+        let points = metric_points(metric);
         let cumulative = AggregationTemporality::Cumulative as i32;
-        let (kind, metric_type, points, temporality) = match data {
-            Data::Gauge(g) => (
-                NameKind::Gauge,
-                MetricType::Gauge,
-                g.data_points.len(),
-                cumulative,
-            ),
-            Data::Sum(s) if s.is_monotonic => (
-                NameKind::Counter,
-                MetricType::Counter,
-                s.data_points.len(),
-                s.aggregation_temporality,
-            ),
-            Data::Sum(s) => (
-                NameKind::Other,
-                MetricType::Gauge,
-                s.data_points.len(),
-                s.aggregation_temporality,
-            ),
-            Data::Histogram(h) => (
-                NameKind::Other,
-                MetricType::Histogram,
-                h.data_points.len(),
-                h.aggregation_temporality,
-            ),
-            Data::ExponentialHistogram(h) => (
-                NameKind::Other,
-                MetricType::Histogram,
-                h.data_points.len(),
-                h.aggregation_temporality,
-            ),
-            Data::Summary(s) => (
-                NameKind::Other,
-                MetricType::Summary,
-                s.data_points.len(),
-                cumulative,
-            ),
+        let temporality = match data {
+            Data::Gauge(_) | Data::Summary(_) => cumulative,
+            Data::Sum(s) => s.aggregation_temporality,
+            Data::Histogram(h) => h.aggregation_temporality,
+            Data::ExponentialHistogram(h) => h.aggregation_temporality,
+        };
+        let (kind, metric_type) = match data {
+            Data::Gauge(_) => (NameKind::Gauge, MetricType::Gauge),
+            Data::Sum(s) if s.is_monotonic => (NameKind::Counter, MetricType::Counter),
+            Data::Sum(_) => (NameKind::Other, MetricType::Gauge),
+            Data::Histogram(_) | Data::ExponentialHistogram(_) => {
+                (NameKind::Other, MetricType::Histogram)
+            }
+            Data::Summary(_) => (NameKind::Other, MetricType::Summary),
         };
         if temporality != cumulative {
             // Delta (or unspecified) temporality: Prometheus has no way to represent it.

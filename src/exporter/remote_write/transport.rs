@@ -209,7 +209,7 @@ pub(crate) fn answer(
     if status.is_success() {
         return Ok(Reply::Accepted(written));
     }
-    Err(status::remote_write(status, retry_after, body))
+    Err(status::REMOTE_WRITE.classify(status, retry_after, body))
 }
 
 /// Whether a 400 body says the request's message or content type is not supported: what

@@ -263,6 +263,15 @@ mod tests {
             .collect()
     }
 
+    /// A series of `labels` with one sample, `value` at `timestamp`.
+    fn one_sample(pairs: &[(&str, &str)], value: f64, timestamp: i64) -> prompb::TimeSeries {
+        prompb::TimeSeries {
+            labels: labels(pairs),
+            samples: vec![prompb::Sample { value, timestamp }],
+            ..Default::default()
+        }
+    }
+
     fn meta(name: &str, t: MetricType, help: &str, unit: &str) -> MetricMetadata {
         MetricMetadata {
             r#type: t as i32,
@@ -301,28 +310,13 @@ mod tests {
             }],
             ..Default::default()
         };
-        let bucket = prompb::TimeSeries {
-            labels: labels(&[("__name__", "lat_bucket"), ("job", "api"), ("le", "1")]),
-            samples: vec![prompb::Sample {
-                value: 3.0,
-                timestamp: ts,
-            }],
-            ..Default::default()
-        };
-        let count = prompb::TimeSeries {
-            labels: labels(&[("__name__", "lat_count"), ("job", "api")]),
-            samples: vec![prompb::Sample {
-                value: 4.0,
-                timestamp: ts,
-            }],
-            ..Default::default()
-        };
+        let bucket = one_sample(
+            &[("__name__", "lat_bucket"), ("job", "api"), ("le", "1")],
+            3.0,
+            ts,
+        );
+        let count = one_sample(&[("__name__", "lat_count"), ("job", "api")], 4.0, ts);
         let mixed = prompb::TimeSeries {
-            labels: labels(&[("__name__", "sizes"), ("job", "api")]),
-            samples: vec![prompb::Sample {
-                value: 5.0,
-                timestamp: ts,
-            }],
             histograms: vec![prompb::Histogram {
                 count: Some(prompb::histogram::Count::CountInt(6)),
                 sum: 20.0,
@@ -341,15 +335,9 @@ mod tests {
                 value: 7.0,
                 timestamp: ts,
             }],
+            ..one_sample(&[("__name__", "sizes"), ("job", "api")], 5.0, ts)
         };
-        let unknown = prompb::TimeSeries {
-            labels: labels(&[("__name__", "other"), ("job", "api")]),
-            samples: vec![prompb::Sample {
-                value: 8.0,
-                timestamp: ts,
-            }],
-            ..Default::default()
-        };
+        let unknown = one_sample(&[("__name__", "other"), ("job", "api")], 8.0, ts);
         let metadata = vec![
             meta("req_total", MetricType::Counter, "Requests.", ""),
             meta("lat", MetricType::Histogram, "Latency.", "seconds"),

@@ -110,6 +110,25 @@ fn find<'a>(t: &'a Translated, rendered: &str) -> &'a TimeSeries {
         })
 }
 
+/// Asserts that the series rendered as `rendered` holds exactly the samples `expected`, as
+/// (timestamp, value); a mismatch names the series.
+fn assert_values(t: &Translated, rendered: &str, expected: &[(i64, f64)]) {
+    assert_eq!(values(find(t, rendered)), expected, "{rendered}");
+}
+
+/// Asserts the `{family}_sum` and `{family}_count` series with `labels` hold one sample
+/// each at `ms`: `sum` and `count`.
+fn assert_sum_and_count(
+    t: &Translated,
+    family: &str,
+    labels: &str,
+    ms: i64,
+    (sum, count): (f64, f64),
+) {
+    assert_values(t, &format!("{family}_sum{{{labels}}}"), &[(ms, sum)]);
+    assert_values(t, &format!("{family}_count{{{labels}}}"), &[(ms, count)]);
+}
+
 fn values(series: &TimeSeries) -> Vec<(i64, f64)> {
     series
         .samples
@@ -327,21 +346,17 @@ fn number_types_and_identity() {
     );
     let t = translate(&req, &options());
     let ident = r#"instance="pod-1",job="shop/api",otel_scope_name="lib",otel_scope_version="1.2""#;
-    assert_eq!(
-        values(find(&t, &format!("temperature_celsius{{{ident}}}"))),
-        vec![(1000, 21.5)]
+    assert_values(
+        &t,
+        &format!("temperature_celsius{{{ident}}}"),
+        &[(1000, 21.5)],
     );
-    assert_eq!(
-        values(find(
-            &t,
-            r#"http_requests_total{instance="pod-1",job="shop/api",method="GET",otel_scope_name="lib",otel_scope_version="1.2"}"#
-        )),
-        vec![(2000, 7.0)]
+    assert_values(
+        &t,
+        r#"http_requests_total{instance="pod-1",job="shop/api",method="GET",otel_scope_name="lib",otel_scope_version="1.2"}"#,
+        &[(2000, 7.0)],
     );
-    assert_eq!(
-        values(find(&t, &format!("queue_depth{{{ident}}}"))),
-        vec![(3000, -2.0)]
-    );
+    assert_values(&t, &format!("queue_depth{{{ident}}}"), &[(3000, -2.0)]);
     assert_eq!(t.dropped[DropReason::DeltaTemporality.index()], 2);
     assert_eq!(t.points(), 3);
     for s in &t.series {
@@ -415,22 +430,10 @@ fn histogram_buckets() {
     let t = translate(&req, &opts);
     let scope = r#"otel_scope_name="lib",otel_scope_version="1.2""#;
     for (le, v) in [("1", 1.0), ("2", 2.0), ("+Inf", 2.0)] {
-        assert_eq!(
-            values(find(
-                &t,
-                &format!(r#"histogram_bucket{{le="{le}",{scope}}}"#)
-            )),
-            vec![(9, v)]
-        );
+        let bucket = format!(r#"histogram_bucket{{le="{le}",{scope}}}"#);
+        assert_values(&t, &bucket, &[(9, v)]);
     }
-    assert_eq!(
-        values(find(&t, &format!("histogram_sum{{{scope}}}"))),
-        vec![(9, 3.0)]
-    );
-    assert_eq!(
-        values(find(&t, &format!("histogram_count{{{scope}}}"))),
-        vec![(9, 2.0)]
-    );
+    assert_sum_and_count(&t, "histogram", scope, 9, (3.0, 2.0));
     assert!(
         t.series
             .iter()
@@ -473,19 +476,10 @@ fn summary_quantiles() {
     );
     let scope = r#"otel_scope_name="lib",otel_scope_version="1.2""#;
     for (q, v) in [("0.5", 2.0), ("0.9", 3.0), ("0.99", 3.0)] {
-        assert_eq!(
-            values(find(&t, &format!(r#"summary{{{scope},quantile="{q}"}}"#))),
-            vec![(1, v)]
-        );
+        let quantile = format!(r#"summary{{{scope},quantile="{q}"}}"#);
+        assert_values(&t, &quantile, &[(1, v)]);
     }
-    assert_eq!(
-        values(find(&t, &format!("summary_sum{{{scope}}}"))),
-        vec![(1, 6.0)]
-    );
-    assert_eq!(
-        values(find(&t, &format!("summary_count{{{scope}}}"))),
-        vec![(1, 3.0)]
-    );
+    assert_sum_and_count(&t, "summary", scope, 1, (6.0, 3.0));
 }
 
 /// Scenario: a gauge point flagged `NoRecordedValue` and a histogram point flagged so.
@@ -546,12 +540,10 @@ fn target_info_per_resource() {
         )]
     };
     let t = translate(&request(resource.clone(), metrics()), &options());
-    assert_eq!(
-        values(find(
-            &t,
-            r#"target_info{host_name="node-1",instance="i-1",job="api",k8s_pod_name="pod-a"}"#
-        )),
-        vec![(4000, 1.0)]
+    assert_values(
+        &t,
+        r#"target_info{host_name="node-1",instance="i-1",job="api",k8s_pod_name="pod-a"}"#,
+        &[(4000, 1.0)],
     );
     let bare = translate(&request(resource[..2].to_vec(), metrics()), &options());
     assert!(
