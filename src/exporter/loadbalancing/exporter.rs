@@ -16,11 +16,13 @@
 //!
 //! Membership changes ([`LoadBalancer::set_backends`]): backends that stay keep their
 //! exporter (and its queue); new ones get one; a removed backend's exporter gives back the
-//! batches still queued, which are split again over the new ring and handed to their new
-//! owners, never dropped. Requests already in flight to it finish there, with their
-//! retries; the retired exporter is shut down with the others.
+//! batches still queued (`reclaim`, in the export core), which are split again over the new
+//! ring and handed to their new owners, never dropped. Requests already in flight to it
+//! finish there, with their retries; the removed exporter is shut down with the others.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{Mutex, RwLock};
 use tokio::time::Instant;
@@ -38,6 +40,10 @@ use crate::exporter::otlp::{Routed, SignalExporter, TracesExporter};
 use crate::otlp::{TraceRequestWriter, WireError, parse_traces_request};
 use crate::payload::{BoxFuture, Payload, TraceBatch};
 
+/// How often a membership change takes back, again, what exports in progress push into a
+/// removed backend's queue while it waits for them to finish.
+const RECLAIM_POLL: Duration = Duration::from_millis(10);
+
 /// One backend: its address and its exporter.
 struct Backend {
     address: String,
@@ -50,8 +56,6 @@ struct Members {
     ring: Ring,
     /// Indexed like `ring.backends()`.
     backends: Vec<Backend>,
-    /// True once shutdown began: exports are refused.
-    closed: bool,
 }
 
 /// The load-balancing exporter: owns the backends' exporters and the ring. The pipeline
@@ -64,12 +68,17 @@ pub struct LoadBalancer {
     /// Refusals of whole batches (shutdown) are counted under the exporter's own id.
     own: ExporterMetrics,
     metrics: LoadBalancerMetrics,
-    /// Exports hold a read guard while they hand their pieces over; membership changes and
-    /// shutdown take the write guard, so they never see half of a batch handed over.
+    /// Exports hold a read guard while they hand their pieces over; membership changes take
+    /// the write guard, so they never see half of a batch handed over.
     members: RwLock<Members>,
-    /// Exporters of removed backends, finishing their requests in flight; shut down with
-    /// the others.
-    retired: Mutex<Vec<TracesExporter>>,
+    /// Set once shutdown began: exports are refused (checked under the read guard).
+    closed: AtomicBool,
+    /// One membership change at a time.
+    changing: Mutex<()>,
+    /// Every backend exporter started, current and removed (a removed one finishes its
+    /// requests in flight): shutdown drains them all. A std mutex: held only to push or
+    /// copy, never across an await.
+    started: std::sync::Mutex<Vec<TracesExporter>>,
 }
 
 impl LoadBalancer {
@@ -98,19 +107,19 @@ impl LoadBalancer {
                 });
             }
         };
-        let metrics = lb_families.for_exporter(resolver);
-        let lb = Self {
+        let mut lb = Self {
             id: id.clone(),
             template: config.protocol.clone(),
             families: families.clone(),
             own: families.for_exporter(id),
-            metrics,
+            metrics: lb_families.for_exporter(resolver),
             members: RwLock::new(Members {
                 ring: Ring::default(),
                 backends: Vec::new(),
-                closed: false,
             }),
-            retired: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+            changing: Mutex::new(()),
+            started: std::sync::Mutex::new(Vec::new()),
         };
         let ring = Ring::new(&hostnames);
         let mut backends = Vec::with_capacity(ring.backends().len());
@@ -125,11 +134,7 @@ impl LoadBalancer {
             resolver = resolver.as_str(),
             backends = ?ring.backends(),
         );
-        // Nothing else holds the lock yet.
-        if let Ok(mut members) = lb.members.try_write() {
-            members.ring = ring;
-            members.backends = backends;
-        }
+        *lb.members.get_mut() = Members { ring, backends };
         Ok(Arc::new(lb))
     }
 
@@ -153,6 +158,10 @@ impl LoadBalancer {
         });
         let exporter =
             SignalExporter::start(&sub_id, &config, self.families.for_exporter(&sub_id))?;
+        self.started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(exporter.clone());
         Ok(Backend {
             address: address.to_owned(),
             exporter,
@@ -171,16 +180,16 @@ impl LoadBalancer {
     ///
     /// [`ExportError::ShutDown`] for the whole batch once shutdown has begun (nothing was
     /// handed over). Otherwise the first error a backend's exporter returned for its piece
-    /// (only with the queue disabled); each piece's spans are counted by the exporter that
-    /// took or refused them.
+    /// (only with the queue disabled, or when shutdown overtook a wait for queue room);
+    /// each piece's spans are counted by the exporter that took or refused them.
     ///
     /// # Cancel safety
     ///
     /// Not cancel safe: a cancelled call may have handed some pieces over and not others.
     pub(crate) async fn export(&self, batch: TraceBatch) -> Result<(), ExportError> {
         let members = self.members.read().await;
-        let items = batch.item_count();
-        if members.closed {
+        if self.closed.load(Ordering::Acquire) {
+            let items = batch.item_count();
             self.own.record_enqueue_failed(items);
             return Err(ExportError::ShutDown { items });
         }
@@ -220,13 +229,15 @@ impl LoadBalancer {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Replaces the backends with `addresses` (`host:port`): the entry point of a resolver.
+    /// Replaces the backends with `addresses` (`host:port`): the result of one resolution,
+    /// the entry point of a resolver.
     ///
     /// Backends that stay keep their exporter; new ones get one built from the template. A
     /// removed backend's queued batches are split over the new ring and handed to their
-    /// new owners (exports in progress finish first, and new ones wait until this returns);
-    /// what it already has in flight finishes there. An empty list, or one whose backends'
-    /// exporters cannot be built, leaves the backends as they are.
+    /// new owners, before any export that comes after this call; what it already has in
+    /// flight finishes there, with its retries. Exports in progress finish first (those
+    /// waiting for room in a removed backend's queue get it: the queue is emptied while
+    /// they finish). An empty list is counted as a failed resolution and changes nothing.
     ///
     /// Returns whether the backends changed.
     ///
@@ -238,60 +249,87 @@ impl LoadBalancer {
     ///
     /// Not cancel safe: a cancelled call may leave a removed backend's batches unrouted.
     pub async fn set_backends(&self, addresses: &[String]) -> Result<bool, ExporterError> {
+        let _one_at_a_time = self.changing.lock().await;
         let ring = Ring::new(addresses);
-        let mut members = self.members.write().await;
-        if members.closed || ring.is_empty() || ring.backends() == members.ring.backends() {
+        self.metrics.record_resolution(!ring.is_empty());
+        if self.closed.load(Ordering::Acquire) || ring.is_empty() {
             return Ok(false);
+        }
+        let (current, removing): (Vec<String>, Vec<TracesExporter>) = {
+            let members = self.members.read().await;
+            if ring.backends() == members.ring.backends() {
+                return Ok(false);
+            }
+            let removing = members
+                .backends
+                .iter()
+                .filter(|b| !ring.backends().contains(&b.address))
+                .map(|b| b.exporter.clone())
+                .collect();
+            (members.ring.backends().to_vec(), removing)
+        };
+        let mut added = Vec::new();
+        for address in ring.backends().iter().filter(|a| !current.contains(a)) {
+            // On an error the exporters started so far hold nothing; dropped, they stop.
+            added.push(self.start_backend(address)?);
+        }
+
+        // Exports waiting for room in a removed backend's queue hold the read guard: empty
+        // that queue (its consumers stop taking) until the write guard comes, keeping the
+        // batches in the order they were queued.
+        let mut reclaimed = Vec::new();
+        let write = self.members.write();
+        tokio::pin!(write);
+        let mut members = loop {
+            for exporter in &removing {
+                reclaimed.extend(exporter.reclaim().await);
+            }
+            tokio::select! {
+                biased;
+                guard = &mut write => break guard,
+                () = tokio::time::sleep(RECLAIM_POLL) => {}
+            }
+        };
+        for exporter in &removing {
+            reclaimed.extend(exporter.reclaim().await);
         }
         let mut old: Vec<Option<Backend>> = std::mem::take(&mut members.backends)
             .into_iter()
             .map(Some)
             .collect();
+        let mut added: Vec<Option<Backend>> = added.into_iter().map(Some).collect();
         let mut backends = Vec::with_capacity(ring.backends().len());
         for address in ring.backends() {
-            let kept = old
+            let same =
+                |slot: &Option<Backend>| slot.as_ref().is_some_and(|b| b.address == *address);
+            let backend = old
                 .iter_mut()
-                .find(|slot| slot.as_ref().is_some_and(|b| b.address == *address))
+                .chain(added.iter_mut())
+                .find(|slot| same(slot))
                 .and_then(Option::take);
-            match kept {
-                Some(backend) => backends.push(backend),
-                None => match self.start_backend(address) {
-                    Ok(backend) => backends.push(backend),
-                    Err(error) => {
-                        // Put everything back as it was; the new exporters started so far
-                        // hold nothing and are dropped.
-                        members.backends = old.into_iter().flatten().collect();
-                        return Err(error);
-                    }
-                },
-            }
+            backends.extend(backend);
         }
-        let removed: Vec<Backend> = old.into_iter().flatten().collect();
         members.ring = ring;
         members.backends = backends;
-        self.metrics.record_resolution(true);
         self.metrics.record_backends(members.backends.len());
         tracing::info!(
             event = "exporter.loadbalancing.backends",
             exporter = %self.id.written,
             backends = ?members.ring.backends(),
-            removed = removed.len(),
+            removed = removing.len(),
         );
-        // Re-route under the write guard: exports that wait now would otherwise overtake
-        // the removed backends' older batches.
+        // Under the write guard: exports waiting now would otherwise overtake the removed
+        // backends' older batches.
         let mut rerouted = 0usize;
-        for backend in removed {
-            for batch in backend.exporter.reclaim().await {
-                rerouted += batch.item_count();
-                if let Err(error) = self.hand_over(&members, batch).await {
-                    tracing::warn!(
-                        event = "exporter.loadbalancing.reroute_failed",
-                        exporter = %self.id.written,
-                        error = %error,
-                    );
-                }
+        for batch in reclaimed {
+            rerouted += batch.item_count();
+            if let Err(error) = self.hand_over(&members, batch).await {
+                tracing::warn!(
+                    event = "exporter.loadbalancing.reroute_failed",
+                    exporter = %self.id.written,
+                    error = %error,
+                );
             }
-            self.retired.lock().await.push(backend.exporter);
         }
         if rerouted > 0 {
             tracing::info!(
@@ -303,30 +341,27 @@ impl LoadBalancer {
         Ok(true)
     }
 
-    /// Refuses further exports (after those in progress), then drains every backend's
-    /// exporter, and the retired ones, until `deadline`. A second call returns at once with
-    /// an empty report.
+    /// Refuses further exports, waits (until `deadline`) for those in progress, then
+    /// drains every backend's exporter, current and removed, until `deadline`. A second
+    /// call returns at once with an empty report.
     pub(crate) async fn shutdown(&self, deadline: Instant) -> DrainReport {
-        let exporters: Vec<TracesExporter> = {
-            let mut members = self.members.write().await;
-            if members.closed {
-                return DrainReport::default();
-            }
-            members.closed = true;
-            let mut all: Vec<TracesExporter> = members
-                .backends
-                .iter()
-                .map(|b| b.exporter.clone())
-                .collect();
-            all.append(&mut *self.retired.lock().await);
-            all
-        };
-        let mut report = DrainReport::default();
-        // Concurrently: each has the same deadline.
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return DrainReport::default();
+        }
+        // The pipeline's stages have ended before exporters shut down, so this is normally
+        // immediate; an export still waiting for queue room at the deadline is refused by
+        // its backend's exporter below.
+        let _ = tokio::time::timeout_at(deadline, self.members.write()).await;
+        let exporters = self
+            .started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let drains: Vec<_> = exporters
             .into_iter()
             .map(|exporter| tokio::spawn(exporter.shutdown(deadline)))
             .collect();
+        let mut report = DrainReport::default();
         for drain in drains {
             if let Ok(one) = drain.await {
                 report.delivered += one.delivered;

@@ -402,10 +402,12 @@ async fn routes_each_trace_to_its_owner() {
 }
 
 /// Scenario: backend B answers nothing yet (its sink holds every request), so its one
-/// consumer holds one batch in flight and the rest wait in its queue; B is then removed with
-/// `set_backends`, after which its sink answers.
-/// Guarantees: B's queued batches are re-routed to A, the new owner of every trace, and
-/// arrive there; B receives only the batch it had in flight; every span arrives exactly
+/// consumer holds one batch in flight, four more fill its queue, and the export of the
+/// rest waits for room; B is then removed with `set_backends`, after which its sink
+/// answers.
+/// Guarantees: the change completes although an export was waiting on B's full queue; B's
+/// queued batches, and those the waiting export then hands over, reach A, the new owner
+/// of every trace; B receives only the batch it had in flight; every span arrives exactly
 /// once and none is counted as dropped; the backend count and updates are recorded.
 #[tokio::test]
 async fn removed_backend_hands_its_queue_to_the_new_owner() {
@@ -415,11 +417,12 @@ async fn removed_backend_hands_its_queue_to_the_new_owner() {
     let b_port = spawn_sink(b.clone()).await.port();
     let a_addr = format!("127.0.0.1:{a_port}");
     let b_addr = format!("127.0.0.1:{b_port}");
-    let (registry, lb) = start(vec![a_addr.clone(), b_addr.clone()], 50);
+    let (registry, lb) = start(vec![a_addr.clone(), b_addr.clone()], 4);
     let ring = Ring::new(&[a_addr.clone(), b_addr.clone()]);
     let exporter = lb.handle();
 
-    // Ten single-trace batches for B: one goes in flight, nine wait in its queue.
+    // Ten single-trace batches for B: one goes in flight, four fill its queue, and the
+    // export of the sixth waits for room.
     let mut for_b = Vec::new();
     let mut t = 0u32;
     while for_b.len() < 10 {
@@ -428,16 +431,30 @@ async fn removed_backend_hands_its_queue_to_the_new_owner() {
         }
         t += 1;
     }
-    let mut sent = Vec::new();
-    for request in &for_b {
-        sent.extend(span_keys(request));
-        exporter.export(batch(request)).await.unwrap();
-    }
-    // B's one consumer has taken the first batch once an attempt is in flight.
-    wait_for("B's first request in flight", || {
+    let mut sent: Vec<SpanKey> = for_b.iter().flat_map(span_keys).collect();
+    let exporting = {
+        let exporter = exporter.clone();
+        let batches: Vec<TraceBatch> = for_b.iter().map(batch).collect();
+        tokio::spawn(async move {
+            for batch in batches {
+                exporter.export(batch).await.unwrap();
+            }
+        })
+    };
+    let b_label = format!("loadbalancing/{b_addr}");
+    wait_for("B's queue full behind one request in flight", || {
         in_flight(&registry, &b_addr) == Some(1.0)
+            && value(
+                &registry,
+                "otelcol_exporter_queue_size",
+                &[("exporter", &b_label)],
+            ) == Some(4.0)
     })
     .await;
+    assert!(
+        !exporting.is_finished(),
+        "the export waits for room in B's queue"
+    );
 
     assert!(
         lb.set_backends(std::slice::from_ref(&a_addr))
@@ -445,6 +462,7 @@ async fn removed_backend_hands_its_queue_to_the_new_owner() {
             .unwrap()
     );
     assert_eq!(lb.backends().await, vec![a_addr.clone()]);
+    exporting.await.unwrap();
     b.gate.add_permits(100);
 
     let report = exporter
@@ -453,7 +471,7 @@ async fn removed_backend_hands_its_queue_to_the_new_owner() {
         .await;
     assert_eq!(report.dropped, 0);
     assert_eq!(b.requests(), 1, "B only finished what it had in flight");
-    assert_eq!(a.requests(), 9, "A got B's nine queued batches");
+    assert_eq!(a.requests(), 9, "A got B's other nine batches");
     let mut received = a.keys();
     received.extend(b.keys());
     received.sort();
@@ -476,7 +494,6 @@ async fn removed_backend_hands_its_queue_to_the_new_owner() {
         Some(2.0),
         "the start and the change"
     );
-    let b_label = format!("loadbalancing/{b_addr}");
     assert_eq!(
         value(
             &registry,
