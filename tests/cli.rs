@@ -279,6 +279,32 @@ fn refused_at_start() -> Vec<(&'static str, String, &'static str)> {
             "exporters.otlp/tempo.tls.ca_file",
         ),
         (
+            "missing TLS file in the load balancer's template",
+            startable(
+                "exporters:
+  loadbalancing:
+    protocol: {otlp: {tls: {ca_file: /nonexistent/tailgate/ca.pem}}}
+    resolver: {static: {hostnames: ['127.0.0.1:9']}}",
+                "    traces:
+      receivers: [otlp]
+      exporters: [loadbalancing]",
+            ),
+            "exporters.loadbalancing.protocol.otlp.tls.ca_file",
+        ),
+        (
+            "the load balancer's dns resolver, not supported yet",
+            startable(
+                "exporters:
+  load_balancing:
+    protocol: {otlp: {tls: {insecure: true}}}
+    resolver: {dns: {hostname: localhost}}",
+                "    traces:
+      receivers: [otlp]
+      exporters: [load_balancing]",
+            ),
+            "exporters.load_balancing.resolver.dns",
+        ),
+        (
             "header value that cannot be sent",
             startable(
                 "exporters:
@@ -342,8 +368,9 @@ extensions:
 
 /// Scenario: one config per kind of refusal that start-up used to be the first to make
 /// (tail_sampling not first, regular expressions too large together, two memory limiters,
-/// a memory limit too large, a missing TLS file, an unsendable header, an endpoint that
-/// is not a URI, a missing queue directory, two listeners on one address), each otherwise
+/// a memory limit too large, a missing TLS file (also in the load balancer's template), the
+/// load balancer's dns resolver, an unsendable header, an endpoint that is not a URI, a
+/// missing queue directory, two listeners on one address), each otherwise
 /// startable, run through the binary as `validate` and as the gateway.
 /// Guarantees: both refuse each config: they exit non-zero within 20 s and name the
 /// problem by its dotted path on stderr, the same path for both; `validate` therefore
@@ -381,12 +408,13 @@ fn validate_refuses_what_start_refuses() {
 }
 
 /// Scenario: the configs of `validate_refuses_what_start_refuses` with the problem fixed
-/// where a fix is one line (sampler first, one memory limiter, TLS off, a valid header).
+/// where a fix is one line (sampler first, one memory limiter, TLS off, a valid header, a
+/// static resolver).
 /// Guarantees: `validate` accepts them, so the refusals above come from the problem named
 /// and not from the rest of the config.
 #[test]
 fn the_refused_configs_are_otherwise_valid() {
-    let fixes: [(&str, &str); 4] = [
+    let fixes: [(&str, &str); 5] = [
         (
             "processors: [batch, tail_sampling]",
             "processors: [tail_sampling, batch]",
@@ -400,6 +428,10 @@ fn the_refused_configs_are_otherwise_valid() {
             "tls: {insecure: true}",
         ),
         ("x-line: \"a\\nb\"", "x-line: ab"),
+        (
+            "resolver: {dns: {hostname: localhost}}",
+            "resolver: {static: {hostnames: [localhost]}}",
+        ),
     ];
     let cases = refused_at_start();
     for (from, to) in fixes {

@@ -7,6 +7,7 @@ mod cli;
 mod disk_queue;
 mod export_retry;
 mod late_spans;
+mod loadbalancing;
 mod metrics_e2e;
 mod module_graph;
 mod outage;

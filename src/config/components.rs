@@ -395,20 +395,21 @@ fn batch_processor(problems: &mut Problems, batch: &Fields<'_>) -> ProcessorConf
 
 // === exporters ===
 
-/// The reader of `exporters.<id>`: `otlp`, `otlphttp` (and their new names), `debug` or
-/// `prometheusremotewrite`.
+/// The reader of `exporters.<id>`: `otlp`, `otlphttp` (and their new names), `debug`,
+/// `prometheusremotewrite` or `loadbalancing`.
 pub(crate) fn exporter(id: &ComponentId) -> &'static Reader<ExporterConfig> {
     match id.kind.as_str() {
         "otlp_http" => &OTLP_HTTP,
         "debug" => &DEBUG,
         "prometheusremotewrite" => &super::remote_write::EXPORTER,
+        "loadbalancing" => &super::loadbalancing::EXPORTER,
         _ => &OTLP_GRPC,
     }
 }
 
 /// The keys both OTLP exporters have after `endpoint` (and, in `otlphttp`, the per-signal
 /// endpoints).
-const OTLP_KEYS: [&str; 6] = [
+pub(crate) const OTLP_KEYS: [&str; 6] = [
     "tls",
     "headers",
     "compression",
@@ -590,7 +591,7 @@ fn otlp_transport(
 }
 
 /// `compression`: `gzip`, `zstd`, or `none`/empty.
-fn compression(problems: &mut Problems, exporter: &Fields<'_>) -> Compression {
+pub(crate) fn compression(problems: &mut Problems, exporter: &Fields<'_>) -> Compression {
     let Some(text) = exporter.string(problems, "compression") else {
         return defaults::EXPORTER_COMPRESSION;
     };
@@ -609,7 +610,7 @@ fn compression(problems: &mut Problems, exporter: &Fields<'_>) -> Compression {
 }
 
 /// `sending_queue`.
-fn sending_queue(problems: &mut Problems, exporter: &Fields<'_>) -> QueueConfig {
+pub(crate) fn sending_queue(problems: &mut Problems, exporter: &Fields<'_>) -> QueueConfig {
     let queue = exporter.child(
         problems,
         "sending_queue",
@@ -648,7 +649,7 @@ fn queue_storage(problems: &mut Problems, queue: &Fields<'_>) -> Option<Componen
 }
 
 /// `retry_on_failure` of the OTLP exporters.
-fn retry(problems: &mut Problems, exporter: &Fields<'_>) -> RetryConfig {
+pub(crate) fn retry(problems: &mut Problems, exporter: &Fields<'_>) -> RetryConfig {
     retry_with(problems, exporter, &defaults::EXPORTER_RETRY)
 }
 

@@ -39,7 +39,9 @@ fn check_queue_storage(problems: &mut Problems, config: &Config) {
     for (id, exporter) in &config.exporters {
         let queue = match exporter {
             ExporterConfig::OtlpGrpc(otlp) | ExporterConfig::OtlpHttp(otlp) => &otlp.sending_queue,
-            ExporterConfig::Debug(_) | ExporterConfig::PrometheusRemoteWrite(_) => continue,
+            ExporterConfig::Debug(_)
+            | ExporterConfig::PrometheusRemoteWrite(_)
+            | ExporterConfig::LoadBalancing(_) => continue,
         };
         let Some(storage) = &queue.storage else {
             continue;

@@ -74,6 +74,8 @@ const TYPES: &[(Section, &str, &str)] = &[
         "prometheus_remote_write",
         "prometheusremotewrite",
     ),
+    (Section::Exporters, "loadbalancing", "loadbalancing"),
+    (Section::Exporters, "load_balancing", "loadbalancing"),
     (Section::Connectors, "forward", "forward"),
     (Section::Connectors, "spanmetrics", "spanmetrics"),
     (Section::Connectors, "span_metrics", "spanmetrics"),

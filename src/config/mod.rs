@@ -72,6 +72,7 @@ mod fields;
 mod graph;
 mod ids;
 mod listen;
+mod loadbalancing;
 mod memory_limiter;
 mod remote_write;
 mod render;

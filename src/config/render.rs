@@ -7,9 +7,10 @@ use super::duration;
 use super::fields::Named as _;
 use super::{
     ComponentId, Compression, Config, ConnectorConfig, ExporterConfig, ExtensionConfig,
-    MemoryAmount, OtlpExporterConfig, PolicyConfig, PolicyKind, ProcessorConfig, ReceiverConfig,
-    RemoteWriteConfig, RemoteWriteMessage, RetryConfig, SpanMetricsConfig, StatusCodeName,
-    TailSamplingConfig, TlsClientConfig,
+    LoadBalancingConfig, MemoryAmount, OtlpExporterConfig, PolicyConfig, PolicyKind,
+    ProcessorConfig, ReceiverConfig, RemoteWriteConfig, RemoteWriteMessage, ResolverConfig,
+    RetryConfig, RoutingKey, SpanMetricsConfig, StatusCodeName, TailSamplingConfig,
+    TlsClientConfig,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -105,6 +106,7 @@ pub fn render(config: &Config) -> String {
                 out.plain(2, "verbosity", debug.verbosity.name());
             }
             ExporterConfig::PrometheusRemoteWrite(rw) => remote_write_exporter(&mut out, rw),
+            ExporterConfig::LoadBalancing(lb) => load_balancing_exporter(&mut out, lb),
         }
     }
 
@@ -505,6 +507,39 @@ fn render_retry(out: &mut Out, retry: &RetryConfig) {
         "randomization_factor",
         format!("{:?}", retry.randomization_factor),
     );
+}
+
+fn load_balancing_exporter(out: &mut Out, lb: &LoadBalancingConfig) {
+    let routing_key = match lb.routing_key {
+        RoutingKey::TraceId => "traceID",
+    };
+    out.string(2, "routing_key", routing_key);
+    out.line(2, "protocol:");
+    out.line(3, "otlp:");
+    // The template is an OTLP exporter's mapping two levels deeper, without `endpoint`
+    // (which the template must not set).
+    let mut template = Out::default();
+    otlp_exporter(&mut template, &lb.protocol, false);
+    for line in template.text.lines().skip(1) {
+        let _ = writeln!(out.text, "    {line}");
+    }
+    out.line(2, "resolver:");
+    match &lb.resolver {
+        ResolverConfig::Static { hostnames } => {
+            out.line(3, "static:");
+            out.strings(4, "hostnames", hostnames);
+        }
+        ResolverConfig::Dns(dns) => {
+            out.line(3, "dns:");
+            out.string(4, "hostname", &dns.hostname);
+            out.plain(4, "port", dns.port);
+            out.plain(4, "interval", duration::format(dns.interval));
+            out.plain(4, "timeout", duration::format(dns.timeout));
+            if let Some(server) = &dns.nameserver {
+                out.string(4, "nameserver", server);
+            }
+        }
+    }
 }
 
 fn remote_write_exporter(out: &mut Out, rw: &RemoteWriteConfig) {

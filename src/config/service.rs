@@ -158,6 +158,18 @@ fn pipelines(
                 );
             }
         }
+        if signal != Signal::Traces {
+            for id in exporters.iter().filter(|id| id.kind == "loadbalancing") {
+                problems.add(
+                    pipeline.key_path("exporters"),
+                    format!(
+                        "{:?} routes traces only in this version of tailgate: remove it from this \
+                         pipeline",
+                        id.written
+                    ),
+                );
+            }
+        }
         for (key, list) in [("receivers", &receivers), ("exporters", &exporters)] {
             if list.is_empty() && pipeline.value(key).is_none_or(is_empty_seq) {
                 problems.add(

@@ -426,6 +426,60 @@ pub enum ExporterConfig {
     Debug(DebugExporterConfig),
     /// `prometheusremotewrite` / `prometheus_remote_write` (metrics only).
     PrometheusRemoteWrite(RemoteWriteConfig),
+    /// `loadbalancing` / `load_balancing` (traces only).
+    LoadBalancing(LoadBalancingConfig),
+}
+
+/// `exporters.loadbalancing`: routes each span by its trace id to one of several OTLP/gRPC
+/// backends, so that every span of a trace reaches the same backend (the Collector's
+/// `loadbalancingexporter`, front tier of a tail-sampling tier).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadBalancingConfig {
+    /// `routing_key` (default `traceID`, the only one implemented).
+    pub routing_key: RoutingKey,
+    /// `protocol.otlp`: the template every backend's OTLP/gRPC exporter is built from; its
+    /// `endpoint` is empty (each backend's address comes from the resolver). Each backend
+    /// gets its own sending queue, retries and timeout with these settings.
+    pub protocol: OtlpExporterConfig,
+    /// `resolver`: where the backends come from (exactly one).
+    pub resolver: ResolverConfig,
+}
+
+/// What the load-balancing exporter routes by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoutingKey {
+    /// `traceID`: the whole 16-byte trace id.
+    TraceId,
+}
+
+/// `resolver` of the load-balancing exporter.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResolverConfig {
+    /// `static.hostnames`: a fixed list of backends, each `host:port` (the port defaults to
+    /// 4317), in the order written, without duplicates.
+    Static {
+        /// The backends as `host:port`.
+        hostnames: Vec<String>,
+    },
+    /// `dns`: the A/AAAA records of a name, re-resolved every `interval`. Checked, but
+    /// refused by validation in this version.
+    Dns(DnsResolverConfig),
+}
+
+/// `resolver.dns`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DnsResolverConfig {
+    /// `hostname`: the name to resolve, e.g. a headless Service.
+    pub hostname: String,
+    /// `port` (default 4317) of every resolved address.
+    pub port: u16,
+    /// `interval` (default 5s) between resolutions.
+    pub interval: Duration,
+    /// `timeout` (default 1s) of one resolution.
+    pub timeout: Duration,
+    /// `nameserver` (`host:port`, tailgate's own key): the name server to ask instead of
+    /// the system's resolver configuration.
+    pub nameserver: Option<String>,
 }
 
 /// `exporters.prometheusremotewrite`: OTLP metrics to a Prometheus remote-write endpoint.

@@ -65,7 +65,8 @@ impl MetricsExporter {
         match config {
             ExporterConfig::OtlpGrpc(_)
             | ExporterConfig::OtlpHttp(_)
-            | ExporterConfig::Debug(_) => {
+            | ExporterConfig::Debug(_)
+            | ExporterConfig::LoadBalancing(_) => {
                 SignalExporter::start(id, config, metrics, storage).map(Self::Otlp)
             }
             ExporterConfig::PrometheusRemoteWrite(remote_write_config) => {

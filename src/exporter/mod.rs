@@ -18,6 +18,7 @@
 //!   <- tls.rs, otlp_wire.rs
 //!   <- otlp_grpc.rs, otlp_http.rs, remote_write/transport.rs   (transports)
 //!   <- debug.rs, otlp.rs, remote_write/                        (exporters)
+//!   <- loadbalancing/                  (one otlp.rs exporter per backend, routed by trace id)
 //!   <- metrics_exporter.rs                                     (the metrics dispatch)
 //!   <- mod.rs                                                  (this facade)
 //! ```
@@ -37,6 +38,7 @@
 mod consume;
 mod core;
 mod debug;
+pub mod loadbalancing;
 mod metrics_exporter;
 mod otlp;
 mod otlp_grpc;

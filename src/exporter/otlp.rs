@@ -25,9 +25,9 @@ use super::debug::DebugExporter;
 use super::otlp_grpc::GrpcTransport;
 use super::otlp_http::HttpTransport;
 use super::otlp_wire::SignalKind;
-use crate::config::{ComponentId, ExporterConfig, FileStorageConfig};
+use crate::config::{ComponentId, ExporterConfig, FileStorageConfig, Signal};
 use crate::limiter::MemoryBudget;
-use crate::payload::{Payload, TraceBatch};
+use crate::payload::{BoxFuture, Payload, TraceBatch};
 
 /// The traces exporter handle.
 pub type TracesExporter = SignalExporter<TraceBatch>;
@@ -68,6 +68,20 @@ impl Transport for OtlpTransport {
 /// Delivery of one batch as one OTLP request.
 type OtlpDelivery = BatchDelivery<OtlpTransport>;
 
+/// An exporter that routes each batch over exporters of its own (the load-balancing
+/// exporter): what a [`SignalExporter`] needs of it. Defined here, below the exporters that
+/// implement it, so that the handle does not depend on them.
+pub(crate) trait Routed<P: Payload>: Send + Sync + 'static {
+    /// The exporter id as written.
+    fn id(&self) -> &str;
+
+    /// As [`SignalExporter::export`].
+    fn export(&self, batch: P) -> BoxFuture<'_, Result<(), ExportError>>;
+
+    /// As [`SignalExporter::shutdown`]: stops intake and drains every backend exporter.
+    fn shutdown(&self, deadline: Instant) -> BoxFuture<'_, DrainReport>;
+}
+
 /// Handle to a running OTLP or debug exporter of one signal; cheap to clone.
 ///
 /// All clones share one exporter; [`shutdown`](Self::shutdown) on any of them stops it for
@@ -101,6 +115,8 @@ enum Inner<P: Payload> {
         delivery: Arc<OtlpDelivery>,
         inline: Arc<Inline>,
     },
+    /// `loadbalancing`: batches are split and handed to one exporter per backend.
+    Routed(Arc<dyn Routed<P>>),
     /// `debug`: logs and never fails.
     Debug {
         debug: DebugExporter,
@@ -117,7 +133,7 @@ impl<P: Payload> Inner<P> {
             Inner::Queued { delivery, .. }
             | Inner::Persistent { delivery, .. }
             | Inner::Inline { delivery, .. } => Some(delivery.shared()),
-            Inner::Debug { .. } => None,
+            Inner::Routed(_) | Inner::Debug { .. } => None,
         }
     }
 }
@@ -128,6 +144,7 @@ impl<P: Payload> fmt::Debug for SignalExporter<P> {
             Inner::Queued { delivery, .. } => (delivery.shared().id(), "queued"),
             Inner::Persistent { delivery, .. } => (delivery.shared().id(), "persistent"),
             Inner::Inline { delivery, .. } => (delivery.shared().id(), "inline"),
+            Inner::Routed(routed) => (routed.id(), "routed"),
             Inner::Debug { debug, .. } => (debug.exporter(), "debug"),
         };
         f.debug_struct("SignalExporter")
@@ -187,6 +204,16 @@ impl<P: Payload> SignalExporter<P> {
                 return Err(ExporterError::WrongSignal {
                     exporter,
                     signal: P::SIGNAL.as_str(),
+                });
+            }
+            ExporterConfig::LoadBalancing(_) => {
+                return Err(if P::SIGNAL == Signal::Traces {
+                    ExporterError::Routing { exporter }
+                } else {
+                    ExporterError::WrongSignal {
+                        exporter,
+                        signal: P::SIGNAL.as_str(),
+                    }
                 });
             }
             ExporterConfig::OtlpGrpc(otlp) => (
@@ -264,6 +291,33 @@ impl<P: Payload> SignalExporter<P> {
         Ok(Self { inner })
     }
 
+    /// The handle of a routing exporter.
+    pub(crate) fn routed(routed: Arc<dyn Routed<P>>) -> Self {
+        Self {
+            inner: Inner::Routed(routed),
+        }
+    }
+
+    /// Takes back the batches still waiting in the sending queue, and stops its consumers
+    /// from taking more: each finishes the delivery it holds, with its retries, until
+    /// [`shutdown`](Self::shutdown). The caller owns the batches returned and must hand
+    /// them on (this exporter never counted them). Empty for exporters without an
+    /// in-memory queue: an inline export is held by its caller, and a persistent queue
+    /// keeps its batches on disk.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a cancelled call may lose batches it took out.
+    pub(crate) async fn reclaim(&self) -> Vec<P> {
+        match &self.inner {
+            Inner::Queued { queue, .. } => queue.reclaim().await,
+            Inner::Persistent { .. }
+            | Inner::Inline { .. }
+            | Inner::Routed(_)
+            | Inner::Debug { .. } => Vec::new(),
+        }
+    }
+
     /// Hands a batch over.
     ///
     /// With the sending queue enabled, waits until the queue has room, then returns `Ok`:
@@ -309,6 +363,7 @@ impl<P: Payload> SignalExporter<P> {
                 })
             }
             Inner::Persistent { delivery, queue } => queue.push(delivery.shared(), batch).await,
+            Inner::Routed(routed) => routed.export(batch).await,
             Inner::Inline { delivery, inline } => {
                 let shared = delivery.shared();
                 let Some(_permit) = inline.enter(shared).await else {
@@ -333,6 +388,9 @@ impl<P: Payload> SignalExporter<P> {
     /// deadline are aborted after a short slack). Calling it on a second clone returns at
     /// once with an empty report.
     pub async fn shutdown(self, deadline: Instant) -> DrainReport {
+        if let Inner::Routed(routed) = &self.inner {
+            return routed.shutdown(deadline).await;
+        }
         let Some(shared) = self.inner.shared() else {
             if let Inner::Debug { closed, .. } = &self.inner {
                 let _ = closed.send_replace(true);
@@ -344,7 +402,7 @@ impl<P: Payload> SignalExporter<P> {
                 Inner::Queued { queue, .. } => queue.drain(shared, deadline).await,
                 Inner::Persistent { queue, .. } => queue.drain(shared, deadline).await,
                 Inner::Inline { inline, .. } => inline.drain(deadline).await,
-                Inner::Debug { .. } => {}
+                Inner::Routed(_) | Inner::Debug { .. } => {}
             }
         };
         shared.shutdown(deadline, drain).await

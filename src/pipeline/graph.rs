@@ -22,6 +22,7 @@ use crate::config::{
     ProcessorConfig, Signal,
 };
 use crate::connector::{ForwardConnector, SpanMetricsFlusher, SpanMetricsMetricFamilies};
+use crate::exporter::loadbalancing::LoadBalancerMetricFamilies;
 use crate::exporter::remote_write::RemoteWriteMetricFamilies;
 use crate::exporter::{
     ExporterError, ExporterMetricFamilies, FailureReason, MetricsExporter, QueueStorage,
@@ -162,6 +163,7 @@ struct Builder<'c> {
     budget: &'c Arc<MemoryBudget>,
     exporter_families: ExporterMetricFamilies,
     remote_write_families: RemoteWriteMetricFamilies,
+    loadbalancer_families: LoadBalancerMetricFamilies,
     batch_families: BatchMetricFamilies,
     sampler_families: SamplerMetricFamilies,
     span_metrics_families: SpanMetricsMetricFamilies,
@@ -201,6 +203,7 @@ pub fn build_pipelines(
         budget,
         exporter_families,
         remote_write_families,
+        loadbalancer_families: LoadBalancerMetricFamilies::register(registry)?,
         batch_families: BatchMetricFamilies::register(registry)?,
         sampler_families: SamplerMetricFamilies::register(registry)?,
         span_metrics_families: SpanMetricsMetricFamilies::register(registry)?,
@@ -312,6 +315,14 @@ impl Wiring for TraceBatch {
         config: &ExporterConfig,
         storage: Option<&QueueStorage>,
     ) -> Result<Self::Exporter, ExporterError> {
+        if let ExporterConfig::LoadBalancing(lb) = config {
+            return TracesExporter::start_load_balancing(
+                id,
+                lb,
+                &builder.exporter_families,
+                &builder.loadbalancer_families,
+            );
+        }
         let metrics = builder.exporter_families.for_exporter(id);
         TracesExporter::start(id, config, metrics, storage)
     }
@@ -448,7 +459,9 @@ impl Builder<'_> {
             ExporterConfig::OtlpGrpc(otlp) | ExporterConfig::OtlpHttp(otlp) => {
                 otlp.sending_queue.storage.as_ref()?
             }
-            ExporterConfig::Debug(_) | ExporterConfig::PrometheusRemoteWrite(_) => return None,
+            ExporterConfig::Debug(_)
+            | ExporterConfig::PrometheusRemoteWrite(_)
+            | ExporterConfig::LoadBalancing(_) => return None,
         };
         self.config
             .extensions

@@ -43,6 +43,13 @@ pub enum ExporterError {
         #[source]
         source: Box<StoreError>,
     },
+    /// The exporter routes to several backends and is started with its metric families
+    /// (`TracesExporter::start_load_balancing`), not on its own.
+    #[error("exporter {exporter:?} routes to several backends and must be started as such")]
+    Routing {
+        /// The exporter id as written.
+        exporter: String,
+    },
     /// The exporter does not carry this signal (e.g. a metrics exporter asked for traces).
     #[error("exporter {exporter:?} does not export {signal}")]
     WrongSignal {

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -55,6 +55,8 @@ pub(crate) struct MemoryQueue<I> {
     lanes: Vec<Lane<I>>,
     // A std mutex: held only to take the handles out, never across an await.
     consumers: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Set by [`MemoryQueue::reclaim`]: consumers take no further item.
+    reclaiming: watch::Sender<bool>,
 }
 
 impl<I: QueueItem> MemoryQueue<I> {
@@ -75,6 +77,7 @@ impl<I: QueueItem> MemoryQueue<I> {
         let mut senders = Vec::with_capacity(lanes);
         let mut receivers = Vec::with_capacity(lanes);
         let mut handles = Vec::with_capacity(lanes * consumers_per_lane);
+        let (reclaiming, _) = watch::channel(false);
         for _ in 0..lanes {
             let (tx, rx) = mpsc::channel(capacity);
             let lane: Lane<I> = Arc::new(Mutex::new(rx));
@@ -83,6 +86,7 @@ impl<I: QueueItem> MemoryQueue<I> {
                     shared.clone(),
                     deliver.clone(),
                     lane.clone(),
+                    reclaiming.subscribe(),
                 )));
             }
             senders.push(tx);
@@ -104,6 +108,7 @@ impl<I: QueueItem> MemoryQueue<I> {
             senders,
             lanes: receivers,
             consumers: std::sync::Mutex::new(handles),
+            reclaiming,
         }
     }
 
@@ -142,6 +147,30 @@ impl<I: QueueItem> MemoryQueue<I> {
         }
     }
 
+    /// Takes back every item still queued, in lane order, and stops the consumers from
+    /// taking any further item: each finishes the delivery it holds (with its retries) and
+    /// returns, so that a later [`drain`](Self::drain) only waits for those. The caller
+    /// owns the items returned and must account for them (re-route them elsewhere); they
+    /// were never counted by this queue's exporter. Items pushed after this call stay
+    /// queued until the drain counts them as dropped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a cancelled call may have taken items out of a lane and lost them.
+    pub(crate) async fn reclaim(&self) -> Vec<I> {
+        let _ = self.reclaiming.send_replace(true);
+        let mut items = Vec::new();
+        for lane in &self.lanes {
+            // A consumer waiting for an item holds the lane's lock; the flag wakes it and it
+            // lets go without taking anything.
+            let mut rx = lane.lock().await;
+            while let Ok(item) = rx.try_recv() {
+                items.push(item);
+            }
+        }
+        items
+    }
+
     /// Waits for the consumers to drain (they stop at the deadline, see the module docs),
     /// aborting those still running `ABORT_SLACK` past it, then closes the lanes and counts
     /// what is left as dropped. [`Shared::shutdown`] has closed intake and set `deadline`.
@@ -165,13 +194,21 @@ impl<I: QueueItem> MemoryQueue<I> {
 
 /// One consumer: takes items off its lane and delivers them until the lane is closed and
 /// empty, or a delivery is cut short by the shutdown deadline.
-async fn consume<I: QueueItem, D: Deliver<I>>(shared: Arc<Shared>, deliver: Arc<D>, lane: Lane<I>) {
+///
+/// Once the queue is reclaimed, it takes nothing more and returns.
+async fn consume<I: QueueItem, D: Deliver<I>>(
+    shared: Arc<Shared>,
+    deliver: Arc<D>,
+    lane: Lane<I>,
+    mut reclaiming: watch::Receiver<bool>,
+) {
     let mut deadline = shared.deadline();
     loop {
         let next = {
             let mut rx = lane.lock().await;
             let first = tokio::select! {
                 biased;
+                () = reclaimed(&mut reclaiming) => None,
                 item = rx.recv() => item,
                 // Once intake is closed, take only what is already queued.
                 () = shared.closed() => rx.try_recv().ok(),
@@ -194,5 +231,17 @@ async fn consume<I: QueueItem, D: Deliver<I>>(shared: Arc<Shared>, deliver: Arc<
         if deliver.deliver(item, &mut deadline).await.hit_deadline() {
             return;
         }
+    }
+}
+
+/// Resolves once the queue is reclaimed; pends forever otherwise (also once the queue, and
+/// with it the flag's sender, is gone: the lanes then close and end the consumer).
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only observes a watch channel.
+async fn reclaimed(reclaiming: &mut watch::Receiver<bool>) {
+    if reclaiming.wait_for(|reclaimed| *reclaimed).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

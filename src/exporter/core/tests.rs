@@ -439,6 +439,50 @@ async fn a_full_queue_makes_push_wait() {
     );
 }
 
+/// Scenario: a queue of one consumer whose destination holds every attempt; four batches
+/// pushed (one taken, three queued); the queue is reclaimed, then the destination answers
+/// and the exporter shuts down; paused time.
+/// Guarantees: reclaim returns the three queued batches in order and nothing else; the
+/// consumer takes no further batch after it, finishes the one it held and is counted for
+/// it alone (1 span sent); the reclaimed spans are neither sent nor dropped by this
+/// exporter, and the drain reports nothing dropped.
+#[tokio::test(start_paused = true)]
+async fn reclaim_hands_back_what_is_queued() {
+    let (registry, shared) = shared();
+    let gate = Arc::new(Semaphore::new(0));
+    let mut transport = Scripted::new([]);
+    transport.gate = Some(gate.clone());
+    let delivery = Arc::new(BatchDelivery::new(
+        shared.clone(),
+        transport.clone(),
+        exact(10, 100, None),
+    ));
+    let queue = MemoryQueue::start(&shared, &delivery, 1, 10, 1);
+    for tag in 1..=4 {
+        queue.push(&shared, 0, batch(tag, 1)).await.unwrap();
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(transport.attempts().len(), 1, "the consumer took batch 1");
+
+    let reclaimed = queue.reclaim().await;
+    let tags: Vec<u8> = reclaimed.iter().map(|b| b.request[0]).collect();
+    assert_eq!(tags, vec![2, 3, 4]);
+    gate.add_permits(10);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        transport.attempts().len(),
+        1,
+        "no batch taken after reclaim"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let report = shared
+        .shutdown(deadline, queue.drain(&shared, deadline))
+        .await;
+    assert_eq!(report.dropped, 0);
+    assert_eq!(sent(&registry), 1.0);
+    assert_eq!(failed(&registry, "shutdown"), 0.0);
+}
+
 /// Scenario: five 2-span batches queued for a destination that never recovers (retries
 /// unbounded in time); shutdown with a 1 s deadline; then a late export; paused time.
 /// Guarantees: shutdown returns by the deadline (plus the abort slack); the report and

@@ -1,0 +1,492 @@
+//! The load-balancing exporter: one OTLP/gRPC exporter per backend, and a ring that says
+//! which backend owns each trace id.
+//!
+//! ```text
+//! export(batch) ─> split by owner (ring over the backends) ─┬─> backend A's exporter (queue, retry)
+//!                                                           └─> backend B's exporter (queue, retry)
+//! ```
+//!
+//! Admission is all-or-none, as for the other exporters: once `export` has passed the
+//! intake check, every piece of the batch is handed to its backend's exporter (waiting for
+//! room in its queue), because shutdown and membership changes wait for exports in
+//! progress before they change anything. A refused batch is refused whole and counted in
+//! `otelcol_exporter_enqueue_failed_spans_total` under the load-balancing exporter's id;
+//! pieces accepted by a backend are counted by that backend's exporter, under the label
+//! `<id>/<host:port>`.
+//!
+//! Membership changes ([`LoadBalancer::set_backends`]): backends that stay keep their
+//! exporter (and its queue); new ones get one; a removed backend's exporter gives back the
+//! batches still queued (`reclaim`, in the export core), which are split again over the new
+//! ring and handed to their new owners, never dropped. Requests already in flight to it
+//! finish there, with their retries; the removed exporter is shut down with the others.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, RwLock};
+use tokio::time::Instant;
+
+use super::metrics::{
+    BackendMetrics, LoadBalancerMetricFamilies, LoadBalancerMetrics, ResolverKind,
+};
+use super::ring::Ring;
+use crate::config::{
+    ComponentId, ExporterConfig, LoadBalancingConfig, OtlpExporterConfig, ResolverConfig,
+};
+use crate::exporter::core::error::{DrainReport, ExportError, ExporterError};
+use crate::exporter::core::metrics::{ExporterMetricFamilies, ExporterMetrics};
+use crate::exporter::otlp::{Routed, SignalExporter, TracesExporter};
+use crate::otlp::{TraceRequestWriter, WireError, parse_traces_request};
+use crate::payload::{BoxFuture, Payload, TraceBatch};
+
+/// How often a membership change takes back, again, what exports in progress push into a
+/// removed backend's queue while it waits for them to finish.
+const RECLAIM_POLL: Duration = Duration::from_millis(10);
+
+/// One backend: its address and its exporter.
+struct Backend {
+    address: String,
+    exporter: TracesExporter,
+    metrics: BackendMetrics,
+}
+
+/// The current backends.
+struct Members {
+    ring: Ring,
+    /// Indexed like `ring.backends()`.
+    backends: Vec<Backend>,
+}
+
+/// The load-balancing exporter: owns the backends' exporters and the ring. The pipeline
+/// reaches it through a [`TracesExporter`] handle ([`LoadBalancer::handle`]); a resolver
+/// keeps the `Arc` to call [`LoadBalancer::set_backends`].
+pub struct LoadBalancer {
+    id: ComponentId,
+    template: OtlpExporterConfig,
+    families: ExporterMetricFamilies,
+    /// Refusals of whole batches (shutdown) are counted under the exporter's own id.
+    own: ExporterMetrics,
+    metrics: LoadBalancerMetrics,
+    /// Exports hold a read guard while they hand their pieces over; membership changes take
+    /// the write guard, so they never see half of a batch handed over.
+    members: RwLock<Members>,
+    /// Set once shutdown began: exports are refused (checked under the read guard).
+    closed: AtomicBool,
+    /// One membership change at a time.
+    changing: Mutex<()>,
+    /// Every backend exporter started, current and removed (a removed one finishes its
+    /// requests in flight): shutdown drains them all. A std mutex: held only to push or
+    /// copy, never across an await.
+    started: std::sync::Mutex<Vec<TracesExporter>>,
+}
+
+impl LoadBalancer {
+    /// Starts one exporter per backend of `config`'s static resolver.
+    ///
+    /// # Errors
+    ///
+    /// [`ExporterError`] when a backend's exporter cannot be built (a bad address, header
+    /// or TLS file), or the resolver is not the static one (validation refuses the others).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start(
+        id: &ComponentId,
+        config: &LoadBalancingConfig,
+        families: &ExporterMetricFamilies,
+        lb_families: &LoadBalancerMetricFamilies,
+    ) -> Result<Arc<Self>, ExporterError> {
+        let (hostnames, resolver) = match &config.resolver {
+            ResolverConfig::Static { hostnames } => (hostnames.clone(), ResolverKind::Static),
+            ResolverConfig::Dns(_) => {
+                return Err(ExporterError::InvalidEndpoint {
+                    endpoint: id.written.clone(),
+                    reason: "the dns resolver is not supported yet".to_owned(),
+                });
+            }
+        };
+        let mut lb = Self {
+            id: id.clone(),
+            template: config.protocol.clone(),
+            families: families.clone(),
+            own: families.for_exporter(id),
+            metrics: lb_families.for_exporter(resolver),
+            members: RwLock::new(Members {
+                ring: Ring::default(),
+                backends: Vec::new(),
+            }),
+            closed: AtomicBool::new(false),
+            changing: Mutex::new(()),
+            started: std::sync::Mutex::new(Vec::new()),
+        };
+        let ring = Ring::new(&hostnames);
+        let mut backends = Vec::with_capacity(ring.backends().len());
+        for address in ring.backends() {
+            backends.push(lb.start_backend(address)?);
+        }
+        lb.metrics.record_resolution(true);
+        lb.metrics.record_backends(backends.len());
+        tracing::info!(
+            event = "exporter.loadbalancing.backends",
+            exporter = %id.written,
+            resolver = resolver.as_str(),
+            backends = ?ring.backends(),
+        );
+        *lb.members.get_mut() = Members { ring, backends };
+        Ok(Arc::new(lb))
+    }
+
+    /// The traces exporter handle through which the pipeline exports to this load
+    /// balancer; shutting it down shuts the load balancer down.
+    pub fn handle(self: &Arc<Self>) -> TracesExporter {
+        SignalExporter::routed(self.clone())
+    }
+
+    /// Starts the OTLP/gRPC exporter of the backend at `address` from the template.
+    fn start_backend(&self, address: &str) -> Result<Backend, ExporterError> {
+        let written = format!("{}/{address}", self.id.written);
+        let sub_id = ComponentId {
+            written,
+            kind: "otlp_grpc".to_owned(),
+            name: Some(address.to_owned()),
+        };
+        let config = ExporterConfig::OtlpGrpc(OtlpExporterConfig {
+            endpoint: address.to_owned(),
+            ..self.template.clone()
+        });
+        let exporter =
+            SignalExporter::start(&sub_id, &config, self.families.for_exporter(&sub_id), None)?;
+        self.started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(exporter.clone());
+        Ok(Backend {
+            address: address.to_owned(),
+            exporter,
+            metrics: self.metrics.for_backend(address),
+        })
+    }
+
+    /// The current backends (`host:port`), in the order they were given.
+    pub async fn backends(&self) -> Vec<String> {
+        self.members.read().await.ring.backends().to_vec()
+    }
+
+    /// Hands each trace of `batch` to the exporter of the backend that owns its id.
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::ShutDown`] for the whole batch once shutdown has begun (nothing was
+    /// handed over). Otherwise the first error a backend's exporter returned for its piece
+    /// (only with the queue disabled, or when shutdown overtook a wait for queue room);
+    /// each piece's spans are counted by the exporter that took or refused them.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a cancelled call may have handed some pieces over and not others.
+    pub(crate) async fn export(&self, batch: TraceBatch) -> Result<(), ExportError> {
+        let members = self.members.read().await;
+        if self.closed.load(Ordering::Acquire) {
+            let items = batch.item_count();
+            self.own.record_enqueue_failed(items);
+            return Err(ExportError::ShutDown { items });
+        }
+        self.hand_over(&members, batch).await
+    }
+
+    /// Splits `batch` over `members` and hands each piece to its owner.
+    async fn hand_over(&self, members: &Members, batch: TraceBatch) -> Result<(), ExportError> {
+        let pieces = match split_by_owner(&members.ring, batch) {
+            Ok(pieces) => pieces,
+            Err(Unroutable { batch, reason }) => {
+                // Receivers and the framer only produce requests that parse, and the ring
+                // is never empty: this is a bug. Keep the data rather than lose it.
+                tracing::error!(
+                    event = "exporter.loadbalancing.split_failed",
+                    exporter = %self.id.written,
+                    error = %reason,
+                );
+                if members.backends.is_empty() {
+                    let items = batch.item_count();
+                    self.own.record_enqueue_failed(items);
+                    return Err(ExportError::ShutDown { items });
+                }
+                vec![(0, batch)]
+            }
+        };
+        let mut first_error = None;
+        for (owner, piece) in pieces {
+            let backend = &members.backends[owner];
+            let started = Instant::now();
+            let result = backend.exporter.export(piece).await;
+            backend.metrics.record(started.elapsed(), result.is_ok());
+            if let Err(error) = result {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Replaces the backends with `addresses` (`host:port`): the result of one resolution,
+    /// the entry point of a resolver.
+    ///
+    /// Backends that stay keep their exporter; new ones get one built from the template. A
+    /// removed backend's queued batches are split over the new ring and handed to their
+    /// new owners, before any export that comes after this call; what it already has in
+    /// flight finishes there, with its retries. Exports in progress finish first (those
+    /// waiting for room in a removed backend's queue get it: the queue is emptied while
+    /// they finish). An empty list is counted as a failed resolution and changes nothing.
+    ///
+    /// Returns whether the backends changed.
+    ///
+    /// # Errors
+    ///
+    /// [`ExporterError`] when a new backend's exporter cannot be built; nothing changed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a cancelled call may leave a removed backend's batches unrouted.
+    pub async fn set_backends(&self, addresses: &[String]) -> Result<bool, ExporterError> {
+        let _one_at_a_time = self.changing.lock().await;
+        let ring = Ring::new(addresses);
+        self.metrics.record_resolution(!ring.is_empty());
+        if self.closed.load(Ordering::Acquire) || ring.is_empty() {
+            return Ok(false);
+        }
+        let (current, removing): (Vec<String>, Vec<TracesExporter>) = {
+            let members = self.members.read().await;
+            if ring.backends() == members.ring.backends() {
+                return Ok(false);
+            }
+            let removing = members
+                .backends
+                .iter()
+                .filter(|b| !ring.backends().contains(&b.address))
+                .map(|b| b.exporter.clone())
+                .collect();
+            (members.ring.backends().to_vec(), removing)
+        };
+        let mut added = Vec::new();
+        for address in ring.backends().iter().filter(|a| !current.contains(a)) {
+            // On an error the exporters started so far hold nothing; dropped, they stop.
+            added.push(self.start_backend(address)?);
+        }
+
+        // Exports waiting for room in a removed backend's queue hold the read guard: empty
+        // that queue (its consumers stop taking) until the write guard comes, keeping the
+        // batches in the order they were queued.
+        let mut reclaimed = Vec::new();
+        let write = self.members.write();
+        tokio::pin!(write);
+        let mut members = loop {
+            for exporter in &removing {
+                reclaimed.extend(exporter.reclaim().await);
+            }
+            tokio::select! {
+                biased;
+                guard = &mut write => break guard,
+                () = tokio::time::sleep(RECLAIM_POLL) => {}
+            }
+        };
+        for exporter in &removing {
+            reclaimed.extend(exporter.reclaim().await);
+        }
+        let mut old: Vec<Option<Backend>> = std::mem::take(&mut members.backends)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut added: Vec<Option<Backend>> = added.into_iter().map(Some).collect();
+        let mut backends = Vec::with_capacity(ring.backends().len());
+        for address in ring.backends() {
+            let same =
+                |slot: &Option<Backend>| slot.as_ref().is_some_and(|b| b.address == *address);
+            let backend = old
+                .iter_mut()
+                .chain(added.iter_mut())
+                .find(|slot| same(slot))
+                .and_then(Option::take);
+            backends.extend(backend);
+        }
+        members.ring = ring;
+        members.backends = backends;
+        self.metrics.record_backends(members.backends.len());
+        tracing::info!(
+            event = "exporter.loadbalancing.backends",
+            exporter = %self.id.written,
+            backends = ?members.ring.backends(),
+            removed = removing.len(),
+        );
+        // Under the write guard: exports waiting now would otherwise overtake the removed
+        // backends' older batches.
+        let mut rerouted = 0usize;
+        for batch in reclaimed {
+            rerouted += batch.item_count();
+            if let Err(error) = self.hand_over(&members, batch).await {
+                tracing::warn!(
+                    event = "exporter.loadbalancing.reroute_failed",
+                    exporter = %self.id.written,
+                    error = %error,
+                );
+            }
+        }
+        if rerouted > 0 {
+            tracing::info!(
+                event = "exporter.loadbalancing.rerouted",
+                exporter = %self.id.written,
+                spans = rerouted,
+            );
+        }
+        Ok(true)
+    }
+
+    /// Refuses further exports, waits (until `deadline`) for those in progress, then
+    /// drains every backend's exporter, current and removed, until `deadline`. A second
+    /// call returns at once with an empty report.
+    pub(crate) async fn shutdown(&self, deadline: Instant) -> DrainReport {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return DrainReport::default();
+        }
+        // The pipeline's stages have ended before exporters shut down, so this is normally
+        // immediate; an export still waiting for queue room at the deadline is refused by
+        // its backend's exporter below.
+        let _ = tokio::time::timeout_at(deadline, self.members.write()).await;
+        let exporters = self
+            .started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let drains: Vec<_> = exporters
+            .into_iter()
+            .map(|exporter| tokio::spawn(exporter.shutdown(deadline)))
+            .collect();
+        let mut report = DrainReport::default();
+        for drain in drains {
+            if let Ok(one) = drain.await {
+                report.delivered += one.delivered;
+                report.dropped += one.dropped;
+            }
+        }
+        report
+    }
+}
+
+impl Routed<TraceBatch> for LoadBalancer {
+    fn id(&self) -> &str {
+        &self.id.written
+    }
+
+    fn export(&self, batch: TraceBatch) -> BoxFuture<'_, Result<(), ExportError>> {
+        Box::pin(LoadBalancer::export(self, batch))
+    }
+
+    fn shutdown(&self, deadline: Instant) -> BoxFuture<'_, DrainReport> {
+        Box::pin(LoadBalancer::shutdown(self, deadline))
+    }
+}
+
+/// A batch that could not be split: the batch, whole, and why.
+#[derive(Debug)]
+pub(crate) struct Unroutable {
+    pub(crate) batch: TraceBatch,
+    pub(crate) reason: String,
+}
+
+/// Splits `batch` into one batch per owning backend (index into `ring.backends()`), each
+/// span going to the owner of its trace id; pieces keep the spans' order and their resource
+/// and scope wrappers. A batch whose spans all have one owner is returned as it is, without
+/// a copy; an empty batch yields nothing. The pieces share the batch's memory-budget charge,
+/// which is released when the last of them is.
+///
+/// # Errors
+///
+/// [`Unroutable`] with the batch when its request does not parse or the ring is empty.
+pub(crate) fn split_by_owner(
+    ring: &Ring,
+    batch: TraceBatch,
+) -> Result<Vec<(usize, TraceBatch)>, Unroutable> {
+    if batch.span_count == 0 {
+        return Ok(Vec::new());
+    }
+    let resources = match parse_traces_request(&batch.request) {
+        Ok(resources) => resources,
+        Err(error) => return Err(unroutable(batch, &error)),
+    };
+    let mut owners = Vec::with_capacity(batch.span_count);
+    for span in resources
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+    {
+        match ring.owner(&span.trace_id) {
+            Some(owner) => owners.push(owner),
+            None => {
+                return Err(Unroutable {
+                    batch,
+                    reason: "no backend to route to".to_owned(),
+                });
+            }
+        }
+    }
+    let Some(&first) = owners.first() else {
+        return Ok(Vec::new());
+    };
+    if owners.iter().all(|&owner| owner == first) {
+        return Ok(vec![(first, batch)]);
+    }
+    let mut writers: Vec<Option<TraceRequestWriter>> =
+        (0..ring.backends().len()).map(|_| None).collect();
+    let mut owner_of = owners.into_iter();
+    for rs in &resources {
+        for ss in &rs.scope_spans {
+            for span in &ss.spans {
+                let Some(owner) = owner_of.next() else {
+                    unreachable!("one owner was computed per span");
+                };
+                writers[owner]
+                    .get_or_insert_with(TraceRequestWriter::new)
+                    .push_view(rs, ss, span);
+            }
+        }
+    }
+    Ok(writers
+        .into_iter()
+        .enumerate()
+        .filter_map(|(owner, writer)| {
+            let mut piece = TraceBatch::from(writer?.finish());
+            piece.charge = batch.charge.clone();
+            Some((owner, piece))
+        })
+        .collect())
+}
+
+fn unroutable(batch: TraceBatch, error: &WireError) -> Unroutable {
+    Unroutable {
+        batch,
+        reason: error.to_string(),
+    }
+}
+
+/// Starts the load-balancing exporter `id` behind a traces exporter handle.
+impl SignalExporter<TraceBatch> {
+    /// Starts the load-balancing exporter `id`: one OTLP/gRPC exporter per backend, built
+    /// from `config.protocol`, counted in `families` under `<id>/<host:port>`, with the
+    /// load balancer's own metrics in `lb_families`.
+    ///
+    /// # Errors
+    ///
+    /// [`ExporterError`] when a backend's exporter cannot be built.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start_load_balancing(
+        id: &ComponentId,
+        config: &LoadBalancingConfig,
+        families: &ExporterMetricFamilies,
+        lb_families: &LoadBalancerMetricFamilies,
+    ) -> Result<Self, ExporterError> {
+        Ok(LoadBalancer::start(id, config, families, lb_families)?.handle())
+    }
+}

@@ -1,0 +1,24 @@
+//! The `loadbalancing` exporter (alias `load_balancing`): the front tier of a tail-sampling
+//! tier. Every span goes to the backend that owns its trace id on a consistent-hash ring,
+//! so that all spans of a trace reach one sampler.
+//!
+//! | file | job |
+//! |---|---|
+//! | `ring.rs` | the consistent-hash ring: trace id to backend, stable across replicas |
+//! | `metrics.rs` | `otelcol_loadbalancer_*` |
+//! | `exporter.rs` | one OTLP/gRPC exporter per backend on the export core; splitting a batch by owner; membership changes |
+//!
+//! Backends come from `resolver.static.hostnames`. A resolver that discovers them (DNS)
+//! drives [`LoadBalancer::set_backends`], which re-routes a removed backend's
+//! queued batches to their new owners.
+
+mod exporter;
+mod metrics;
+pub(crate) mod ring;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests;
+
+pub use exporter::LoadBalancer;
+pub use metrics::LoadBalancerMetricFamilies;

@@ -1,0 +1,524 @@
+//! Tests of the load-balancing exporter: splitting a batch by owner, and routing to real
+//! loopback gRPC sinks, including a membership change that re-routes a removed backend's
+//! queued batches.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prometheus::Registry;
+use prost::Message;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::exporter::split_by_owner;
+use super::ring::Ring;
+use super::{LoadBalancer, LoadBalancerMetricFamilies};
+use crate::config::{
+    ComponentId, Compression, LoadBalancingConfig, OtlpExporterConfig, QueueConfig, ResolverConfig,
+    RetryConfig, RoutingKey, TlsClientConfig,
+};
+use crate::exporter::core::error::ExportError;
+use crate::exporter::core::metrics::ExporterMetricFamilies;
+use crate::otlp::TraceId;
+use crate::payload::TraceBatch;
+
+// === helpers ===
+
+/// One span as the tests compare them: trace id, span id, resource name, scope name.
+type SpanKey = ([u8; 16], Vec<u8>, String, String);
+
+fn trace_id(t: u32) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..4].copy_from_slice(&t.to_be_bytes());
+    id[8..12].copy_from_slice(&t.wrapping_mul(2_654_435_761).to_be_bytes());
+    id
+}
+
+/// `traces` traces of `spans_per_trace` spans each, interleaved over two resources with two
+/// scopes each, so that pieces must be re-framed.
+fn request(first: u32, traces: u32, spans_per_trace: u32) -> ExportTraceServiceRequest {
+    let resource = |name: &str| Resource {
+        attributes: vec![opentelemetry_proto::tonic::common::v1::KeyValue {
+            key: "service.name".to_owned(),
+            value: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                value: Some(
+                    opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                        name.to_owned(),
+                    ),
+                ),
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut resource_spans: Vec<ResourceSpans> = ["checkout", "cart"]
+        .iter()
+        .map(|name| ResourceSpans {
+            resource: Some(resource(name)),
+            scope_spans: ["http", "db"]
+                .iter()
+                .map(|scope| ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: (*scope).to_owned(),
+                        ..Default::default()
+                    }),
+                    spans: Vec::new(),
+                    schema_url: String::new(),
+                })
+                .collect(),
+            schema_url: String::new(),
+        })
+        .collect();
+    let mut n = 0usize;
+    for s in 0..spans_per_trace {
+        for t in first..first + traces {
+            let span = Span {
+                trace_id: trace_id(t).to_vec(),
+                span_id: [(s + 1) as u8; 8].to_vec(),
+                name: format!("op-{t}-{s}"),
+                ..Default::default()
+            };
+            resource_spans[n % 2].scope_spans[(n / 2) % 2]
+                .spans
+                .push(span);
+            n += 1;
+        }
+    }
+    ExportTraceServiceRequest { resource_spans }
+}
+
+fn batch(request: &ExportTraceServiceRequest) -> TraceBatch {
+    TraceBatch::new(
+        Bytes::from(request.encode_to_vec()),
+        span_keys(request).len(),
+    )
+}
+
+fn span_keys(request: &ExportTraceServiceRequest) -> Vec<SpanKey> {
+    let mut keys = Vec::new();
+    for rs in &request.resource_spans {
+        let resource = rs
+            .resource
+            .as_ref()
+            .and_then(|r| r.attributes.first())
+            .and_then(|kv| kv.value.as_ref())
+            .map(|v| format!("{v:?}"))
+            .unwrap_or_default();
+        for ss in &rs.scope_spans {
+            let scope = ss
+                .scope
+                .as_ref()
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
+            for span in &ss.spans {
+                let mut id = [0u8; 16];
+                id.copy_from_slice(&span.trace_id);
+                keys.push((id, span.span_id.clone(), resource.clone(), scope.clone()));
+            }
+        }
+    }
+    keys.sort();
+    keys
+}
+
+fn addresses(ports: &[u16]) -> Vec<String> {
+    ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
+}
+
+/// Plaintext, no compression, fast retries, a queue of `queue_size` with one consumer.
+fn template(queue_size: usize) -> OtlpExporterConfig {
+    OtlpExporterConfig {
+        endpoint: String::new(),
+        traces_endpoint: None,
+        metrics_endpoint: None,
+        tls: TlsClientConfig {
+            insecure: true,
+            ..Default::default()
+        },
+        headers: BTreeMap::new(),
+        compression: Compression::None,
+        timeout: Duration::from_secs(20),
+        sending_queue: QueueConfig {
+            enabled: true,
+            queue_size: NonZeroUsize::new(queue_size).unwrap(),
+            num_consumers: NonZeroUsize::new(1).unwrap(),
+            storage: None,
+        },
+        retry_on_failure: RetryConfig {
+            enabled: true,
+            initial_interval: Duration::from_millis(10),
+            max_interval: Duration::from_millis(50),
+            max_elapsed_time: Some(Duration::from_secs(30)),
+            multiplier: 1.5,
+            randomization_factor: 0.5,
+        },
+    }
+}
+
+fn start(backends: Vec<String>, queue_size: usize) -> (Registry, Arc<LoadBalancer>) {
+    let registry = Registry::new();
+    let families = ExporterMetricFamilies::register(&registry).unwrap();
+    let lb_families = LoadBalancerMetricFamilies::register(&registry).unwrap();
+    let config = LoadBalancingConfig {
+        routing_key: RoutingKey::TraceId,
+        protocol: template(queue_size),
+        resolver: ResolverConfig::Static {
+            hostnames: backends,
+        },
+    };
+    let lb = LoadBalancer::start(
+        &ComponentId::literal("loadbalancing"),
+        &config,
+        &families,
+        &lb_families,
+    )
+    .unwrap();
+    (registry, lb)
+}
+
+/// The value of the counter or gauge `name` carrying all of `labels`.
+fn value(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let family = registry.gather().into_iter().find(|mf| mf.name() == name)?;
+    let metric = family.get_metric().iter().find(|m| {
+        labels.iter().all(|(k, v)| {
+            m.get_label()
+                .iter()
+                .any(|l| l.name() == *k && l.value() == *v)
+        })
+    })?;
+    Some(if name.ends_with("_total") {
+        metric.get_counter().get_value()
+    } else {
+        metric.get_gauge().get_value()
+    })
+}
+
+// === gRPC sink ===
+
+/// A sink that records what it receives; each request waits for one permit of `gate`.
+struct SinkState {
+    received: Mutex<Vec<ExportTraceServiceRequest>>,
+    gate: Semaphore,
+}
+
+impl SinkState {
+    fn open() -> Arc<Self> {
+        Arc::new(Self {
+            received: Mutex::new(Vec::new()),
+            gate: Semaphore::new(Semaphore::MAX_PERMITS),
+        })
+    }
+
+    fn closed() -> Arc<Self> {
+        Arc::new(Self {
+            received: Mutex::new(Vec::new()),
+            gate: Semaphore::new(0),
+        })
+    }
+
+    fn keys(&self) -> Vec<SpanKey> {
+        let received = self.received.lock().unwrap();
+        let mut keys: Vec<SpanKey> = received.iter().flat_map(span_keys).collect();
+        keys.sort();
+        keys
+    }
+
+    fn requests(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+}
+
+struct Sink(Arc<SinkState>);
+
+#[tonic::async_trait]
+impl TraceService for Sink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        if let Ok(permit) = self.0.gate.acquire().await {
+            permit.forget();
+        }
+        self.0.received.lock().unwrap().push(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+async fn spawn_sink(state: Arc<SinkState>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(Sink(state)))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    addr
+}
+
+/// Polls `done` every 10ms for at most 10s.
+async fn wait_for(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+// === splitting ===
+
+/// Scenario: a request of 60 traces of 3 spans, interleaved over two resources with two
+/// scopes each, split over a ring of 3 backends.
+/// Guarantees: every piece holds only spans its backend owns, each piece's span count is
+/// what it holds, and together the pieces hold every span exactly once with its own
+/// resource and scope.
+#[test]
+fn split_by_owner_sends_each_span_to_its_owner() {
+    let ring = Ring::new(&addresses(&[1, 2, 3]));
+    let original = request(0, 60, 3);
+    let pieces = split_by_owner(&ring, batch(&original)).unwrap();
+    assert_eq!(pieces.len(), 3, "60 traces land on every backend");
+    let mut all = Vec::new();
+    for (owner, piece) in &pieces {
+        let decoded = ExportTraceServiceRequest::decode(piece.request.clone()).unwrap();
+        let keys = span_keys(&decoded);
+        assert_eq!(piece.span_count, keys.len());
+        for key in &keys {
+            assert_eq!(ring.owner(&TraceId(key.0)), Some(*owner));
+        }
+        all.extend(keys);
+    }
+    all.sort();
+    assert_eq!(all, span_keys(&original));
+}
+
+/// Scenario: a batch whose spans all belong to one trace; an empty batch.
+/// Guarantees: the first goes whole to its owner without a copy (same buffer); the second
+/// yields no piece.
+#[test]
+fn split_by_owner_passes_single_owner_batches_through() {
+    let ring = Ring::new(&addresses(&[1, 2, 3]));
+    let one_trace = batch(&request(5, 1, 4));
+    let pieces = split_by_owner(&ring, one_trace.clone()).unwrap();
+    assert_eq!(pieces.len(), 1);
+    assert_eq!(Some(pieces[0].0), ring.owner(&TraceId(trace_id(5))));
+    assert_eq!(pieces[0].1.request.as_ptr(), one_trace.request.as_ptr());
+    assert!(
+        split_by_owner(&ring, TraceBatch::default())
+            .unwrap()
+            .is_empty()
+    );
+}
+
+// === routing to sinks ===
+
+/// Scenario: a load balancer over two loopback gRPC sinks exports 200 traces of 3 spans in
+/// four batches, then shuts down, then is asked to export again.
+/// Guarantees: each sink receives exactly the spans of the traces the ring gives it, all
+/// 600 arrive once; the backend metrics count the hand-overs per endpoint; after shutdown
+/// a batch is refused whole and counted as enqueue-failed under the exporter's id.
+#[tokio::test]
+async fn routes_each_trace_to_its_owner() {
+    let sinks = [SinkState::open(), SinkState::open()];
+    let ports = [
+        spawn_sink(sinks[0].clone()).await.port(),
+        spawn_sink(sinks[1].clone()).await.port(),
+    ];
+    let backends = addresses(&ports);
+    let (registry, lb) = start(backends.clone(), 10);
+    let exporter = lb.handle();
+    let mut sent = Vec::new();
+    for i in 0..4 {
+        let request = request(i * 50, 50, 3);
+        sent.extend(span_keys(&request));
+        exporter.export(batch(&request)).await.unwrap();
+    }
+    let report = exporter
+        .clone()
+        .shutdown(Instant::now() + Duration::from_secs(10))
+        .await;
+    assert_eq!(report.dropped, 0);
+    let ring = Ring::new(&backends);
+    let mut received = Vec::new();
+    for (i, sink) in sinks.iter().enumerate() {
+        let keys = sink.keys();
+        assert!(!keys.is_empty(), "sink {i} got nothing");
+        for key in &keys {
+            assert_eq!(ring.owner(&TraceId(key.0)), Some(i), "sink {i}");
+        }
+        received.extend(keys);
+    }
+    received.sort();
+    sent.sort();
+    assert_eq!(received, sent);
+    assert_eq!(
+        value(
+            &registry,
+            "otelcol_loadbalancer_num_backends",
+            &[("resolver", "static")]
+        ),
+        Some(2.0)
+    );
+    for backend in &backends {
+        assert_eq!(
+            value(
+                &registry,
+                "otelcol_loadbalancer_backend_outcome_total",
+                &[("endpoint", backend), ("success", "true")]
+            ),
+            Some(4.0),
+            "{backend}: every batch had spans for both backends"
+        );
+    }
+
+    let late = batch(&request(1000, 2, 1));
+    match exporter.export(late).await {
+        Err(ExportError::ShutDown { items: 2 }) => {}
+        other => panic!("expected a refusal of 2 spans, got {other:?}"),
+    }
+    assert_eq!(
+        value(
+            &registry,
+            "otelcol_exporter_enqueue_failed_spans_total",
+            &[("exporter", "loadbalancing")]
+        ),
+        Some(2.0)
+    );
+}
+
+/// Scenario: backend B answers nothing yet (its sink holds every request), so its one
+/// consumer holds one batch in flight, four more fill its queue, and the export of the
+/// rest waits for room; B is then removed with `set_backends`, after which its sink
+/// answers.
+/// Guarantees: the change completes although an export was waiting on B's full queue; B's
+/// queued batches, and those the waiting export then hands over, reach A, the new owner
+/// of every trace; B receives only the batch it had in flight; every span arrives exactly
+/// once and none is counted as dropped; the backend count and updates are recorded.
+#[tokio::test]
+async fn removed_backend_hands_its_queue_to_the_new_owner() {
+    let a = SinkState::open();
+    let b = SinkState::closed();
+    let a_port = spawn_sink(a.clone()).await.port();
+    let b_port = spawn_sink(b.clone()).await.port();
+    let a_addr = format!("127.0.0.1:{a_port}");
+    let b_addr = format!("127.0.0.1:{b_port}");
+    let (registry, lb) = start(vec![a_addr.clone(), b_addr.clone()], 4);
+    let ring = Ring::new(&[a_addr.clone(), b_addr.clone()]);
+    let exporter = lb.handle();
+
+    // Ten single-trace batches for B: one goes in flight, four fill its queue, and the
+    // export of the sixth waits for room.
+    let mut for_b = Vec::new();
+    let mut t = 0u32;
+    while for_b.len() < 10 {
+        if ring.owner(&TraceId(trace_id(t))) == Some(1) {
+            for_b.push(request(t, 1, 2));
+        }
+        t += 1;
+    }
+    let mut sent: Vec<SpanKey> = for_b.iter().flat_map(span_keys).collect();
+    let exporting = {
+        let exporter = exporter.clone();
+        let batches: Vec<TraceBatch> = for_b.iter().map(batch).collect();
+        tokio::spawn(async move {
+            for batch in batches {
+                exporter.export(batch).await.unwrap();
+            }
+        })
+    };
+    let b_label = format!("loadbalancing/{b_addr}");
+    wait_for("B's queue full behind one request in flight", || {
+        in_flight(&registry, &b_addr) == Some(1.0)
+            && value(
+                &registry,
+                "otelcol_exporter_queue_size",
+                &[("exporter", &b_label)],
+            ) == Some(4.0)
+    })
+    .await;
+    assert!(
+        !exporting.is_finished(),
+        "the export waits for room in B's queue"
+    );
+
+    assert!(
+        lb.set_backends(std::slice::from_ref(&a_addr))
+            .await
+            .unwrap()
+    );
+    assert_eq!(lb.backends().await, vec![a_addr.clone()]);
+    exporting.await.unwrap();
+    b.gate.add_permits(100);
+
+    let report = exporter
+        .clone()
+        .shutdown(Instant::now() + Duration::from_secs(10))
+        .await;
+    assert_eq!(report.dropped, 0);
+    assert_eq!(b.requests(), 1, "B only finished what it had in flight");
+    assert_eq!(a.requests(), 9, "A got B's other nine batches");
+    let mut received = a.keys();
+    received.extend(b.keys());
+    received.sort();
+    sent.sort();
+    assert_eq!(received, sent, "every span exactly once");
+    assert_eq!(
+        value(
+            &registry,
+            "otelcol_loadbalancer_num_backends",
+            &[("resolver", "static")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &registry,
+            "otelcol_loadbalancer_num_backend_updates_total",
+            &[("resolver", "static")]
+        ),
+        Some(2.0),
+        "the start and the change"
+    );
+    assert_eq!(
+        value(
+            &registry,
+            "tailgate_spans_dropped_total",
+            &[("reason", "shutdown")]
+        )
+        .unwrap_or(0.0),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &registry,
+            "otelcol_exporter_sent_spans_total",
+            &[("exporter", &b_label)]
+        ),
+        Some(2.0)
+    );
+}
+
+/// `otelcol_exporter_in_flight_requests` of backend `address`'s exporter.
+fn in_flight(registry: &Registry, address: &str) -> Option<f64> {
+    let label = format!("loadbalancing/{address}");
+    value(
+        registry,
+        "otelcol_exporter_in_flight_requests",
+        &[("exporter", &label)],
+    )
+}
