@@ -202,13 +202,17 @@ impl Gateway {
             )
         };
 
+        let traces_intake = |id: &ComponentId, transport| {
+            TracesIntake::new(
+                sinks.get(id).cloned().unwrap_or_else(TracesSink::default),
+                receiver_families.for_receiver(id, transport),
+                limiter.clone(),
+            )
+        };
+
         let mut receiver_tasks = Vec::new();
         for (id, grpc, listener) in grpc_listeners {
-            let intake = TracesIntake::new(
-                sinks.get(&id).cloned().unwrap_or_else(TracesSink::default),
-                receiver_families.for_receiver(&id, Transport::Grpc),
-                limiter.clone(),
-            );
+            let intake = traces_intake(&id, Transport::Grpc);
             let metrics = metrics_intake(&id, Transport::Grpc);
             tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener));
             let stop = receivers_stopped.clone();
@@ -219,11 +223,7 @@ impl Gateway {
             }));
         }
         for (id, http, listener) in http_listeners {
-            let intake = TracesIntake::new(
-                sinks.get(&id).cloned().unwrap_or_else(TracesSink::default),
-                receiver_families.for_receiver(&id, Transport::Http),
-                limiter.clone(),
-            );
+            let intake = traces_intake(&id, Transport::Http);
             let metrics = metrics_intake(&id, Transport::Http);
             tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener));
             receiver_tasks.push(tokio::spawn(otlp_http::serve(

@@ -18,16 +18,21 @@ fn traces(config: GeneratorConfig, seed: u64, n: usize) -> Vec<GeneratedTrace> {
     (0..n).map(|_| g.next_trace(END)).collect()
 }
 
+/// The default generator with these shares of error and slow traces.
+fn with_ratios(error_ratio: f64, slow_ratio: f64) -> GeneratorConfig {
+    GeneratorConfig {
+        error_ratio,
+        slow_ratio,
+        ..Default::default()
+    }
+}
+
 /// Scenario: two generators with the same config and seed, and a third with another seed.
 /// Guarantees: the same seed gives identical traces (ids, names, attributes, times); a
 /// different seed gives different trace ids.
 #[test]
 fn same_seed_same_traces() {
-    let config = GeneratorConfig {
-        error_ratio: 0.3,
-        slow_ratio: 0.3,
-        ..Default::default()
-    };
+    let config = with_ratios(0.3, 0.3);
     let a = traces(config.clone(), 42, 200);
     let b = traces(config.clone(), 42, 200);
     assert_eq!(a, b);
@@ -164,11 +169,7 @@ fn fanout_shape() {
 /// ERROR span; slow traces' roots last more than a second and the others' less.
 #[test]
 fn error_and_slow_ratios() {
-    let config = GeneratorConfig {
-        error_ratio: 0.1,
-        slow_ratio: 0.2,
-        ..Default::default()
-    };
+    let config = with_ratios(0.1, 0.2);
     let all = traces(config, 99, 10_000);
     let errors = all.iter().filter(|t| t.error).count();
     let slow = all.iter().filter(|t| t.slow).count();

@@ -49,6 +49,27 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
+/// Test fixture: the protobuf encoding of a trace request holding `spans` under one empty
+/// resource and one empty scope.
+#[cfg(test)]
+pub(crate) fn one_scope_request(
+    spans: Vec<opentelemetry_proto::tonic::trace::v1::Span>,
+) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+    use prost::Message;
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
 pub use frame::{FramedRequest, TraceRequestWriter, split_batch};
 pub use json::{
     JsonError, export_trace_response_json, metrics_json_to_protobuf, status_json,
