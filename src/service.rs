@@ -116,19 +116,13 @@ impl Gateway {
         for (id, receiver) in &config.receivers {
             let ReceiverConfig::Otlp(otlp) = receiver;
             if let Some(grpc) = &otlp.grpc {
-                let what = format!("receivers.{id}.protocols.grpc");
-                let listener = bind(&what, &grpc.endpoint).await?;
-                addresses
-                    .grpc
-                    .insert(id.written.clone(), local_addr(&listener));
+                let listener =
+                    bind_receiver(id, "grpc", &grpc.endpoint, &mut addresses.grpc).await?;
                 grpc_listeners.push((id.clone(), grpc.clone(), listener));
             }
             if let Some(http) = &otlp.http {
-                let what = format!("receivers.{id}.protocols.http");
-                let listener = bind(&what, &http.endpoint).await?;
-                addresses
-                    .http
-                    .insert(id.written.clone(), local_addr(&listener));
+                let listener =
+                    bind_receiver(id, "http", &http.endpoint, &mut addresses.http).await?;
                 http_listeners.push((id.clone(), http.clone(), listener));
             }
         }
@@ -251,4 +245,16 @@ impl Gateway {
             telemetry_tasks,
         })
     }
+}
+
+/// Binds the `protocol` endpoint of receiver `id` and records its address in `addresses`.
+async fn bind_receiver(
+    id: &ComponentId,
+    protocol: &str,
+    endpoint: &str,
+    addresses: &mut BTreeMap<String, SocketAddr>,
+) -> Result<tokio::net::TcpListener, BindError> {
+    let listener = bind(&format!("receivers.{id}.protocols.{protocol}"), endpoint).await?;
+    addresses.insert(id.written.clone(), local_addr(&listener));
+    Ok(listener)
 }

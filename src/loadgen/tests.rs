@@ -290,29 +290,38 @@ fn outcomes_follow_the_otlp_spec() {
     ));
 }
 
-/// Scenario: a run with neither a span count nor a duration, and one with a bad ratio.
-/// Guarantees: both are refused before anything is sent.
-#[tokio::test]
-async fn unbounded_runs_are_refused() {
-    let config = LoadConfig {
+/// One uncompressed gRPC connection to `endpoint`, unbounded (no `spans`, no `duration`),
+/// one attempt per request, no splitting or lateness, batches of 100 spans.
+fn grpc_load(endpoint: &str, timeout: Duration) -> LoadConfig {
+    LoadConfig {
         generator: GeneratorConfig::default(),
         send: SendConfig {
             protocol: Protocol::Grpc,
-            endpoint: "127.0.0.1:1".into(),
+            endpoint: endpoint.into(),
             gzip: false,
-            timeout: Duration::from_secs(1),
+            timeout,
         },
         connections: 1,
         rate: None,
         spans: None,
         duration: None,
-        batch_spans: 10,
+        batch_spans: 100,
         seed: 0,
         split_ratio: 0.0,
         lateness: Duration::ZERO,
         max_attempts: 1,
         expect: None,
         progress: false,
+    }
+}
+
+/// Scenario: a run with neither a span count nor a duration, and one with a bad ratio.
+/// Guarantees: both are refused before anything is sent.
+#[tokio::test]
+async fn unbounded_runs_are_refused() {
+    let config = LoadConfig {
+        batch_spans: 10,
+        ..grpc_load("127.0.0.1:1", Duration::from_secs(1))
     };
     assert!(matches!(
         run(config.clone()).await,
@@ -331,24 +340,9 @@ async fn unbounded_runs_are_refused() {
 #[tokio::test]
 async fn nothing_listening_counts_as_failed() {
     let summary = run(LoadConfig {
-        generator: GeneratorConfig::default(),
-        send: SendConfig {
-            protocol: Protocol::Grpc,
-            endpoint: "127.0.0.1:1".into(),
-            gzip: false,
-            timeout: Duration::from_secs(2),
-        },
-        connections: 1,
-        rate: None,
         spans: Some(10),
-        duration: None,
         batch_spans: 100,
-        seed: 0,
-        split_ratio: 0.0,
-        lateness: Duration::ZERO,
-        max_attempts: 1,
-        expect: None,
-        progress: false,
+        ..grpc_load("127.0.0.1:1", Duration::from_secs(2))
     })
     .await
     .unwrap();

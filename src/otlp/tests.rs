@@ -224,37 +224,39 @@ fn regroup(triples: &[Triple]) -> ExportTraceServiceRequest {
     for (resource, rs_url, scope, ss_url, span) in triples {
         let resource = Some(resource.clone()).filter(|r| *r != Resource::default());
         let scope = Some(scope.clone()).filter(|s| *s != InstrumentationScope::default());
-        let same_rs = req
-            .resource_spans
-            .last()
-            .is_some_and(|rs| rs.resource == resource && rs.schema_url == *rs_url);
-        if !same_rs {
-            req.resource_spans.push(ResourceSpans {
-                resource,
+        let rs = last_or_push(
+            &mut req.resource_spans,
+            |rs| rs.resource == resource && rs.schema_url == *rs_url,
+            || ResourceSpans {
+                resource: resource.clone(),
                 scope_spans: Vec::new(),
                 schema_url: rs_url.clone(),
-            });
-        }
-        let Some(rs) = req.resource_spans.last_mut() else {
-            unreachable!()
-        };
-        let same_ss = rs
-            .scope_spans
-            .last()
-            .is_some_and(|ss| ss.scope == scope && ss.schema_url == *ss_url);
-        if !same_ss {
-            rs.scope_spans.push(ScopeSpans {
-                scope,
+            },
+        );
+        let ss = last_or_push(
+            &mut rs.scope_spans,
+            |ss| ss.scope == scope && ss.schema_url == *ss_url,
+            || ScopeSpans {
+                scope: scope.clone(),
                 spans: Vec::new(),
                 schema_url: ss_url.clone(),
-            });
-        }
-        let Some(ss) = rs.scope_spans.last_mut() else {
-            unreachable!()
-        };
+            },
+        );
         ss.spans.push(span.clone());
     }
     req
+}
+
+/// The last of `groups` if it is `same`, else a `new` one pushed.
+fn last_or_push<T>(
+    groups: &mut Vec<T>,
+    same: impl Fn(&T) -> bool,
+    new: impl FnOnce() -> T,
+) -> &mut T {
+    if !groups.last().is_some_and(same) {
+        groups.push(new());
+    }
+    groups.last_mut().expect("a group was just ensured")
 }
 
 fn ids_valid(req: &ExportTraceServiceRequest) -> bool {
