@@ -49,25 +49,19 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-/// Test fixture: the protobuf encoding of a trace request holding `spans` under one empty
-/// resource and one empty scope.
+/// Test fixture: an encoded trace request holding `spans` under one empty resource and
+/// one empty scope, framed by [`TraceRequestWriter`] as the gateway frames its batches.
 #[cfg(test)]
 pub(crate) fn one_scope_request(
     spans: Vec<opentelemetry_proto::tonic::trace::v1::Span>,
 ) -> Vec<u8> {
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
     use prost::Message;
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
+    let empty = bytes::Bytes::new();
+    let mut writer = TraceRequestWriter::new();
+    for span in spans {
+        writer.push(&empty, &empty, &empty, &empty, &span.encode_to_vec().into());
     }
-    .encode_to_vec()
+    writer.finish().request.to_vec()
 }
 
 pub use frame::{FramedRequest, TraceRequestWriter, split_batch};

@@ -563,12 +563,7 @@ fn rate_limiting() {
             (&trace, t400, sampled(0), "8 tokens"),
             (&trace, later, sampled(0), "refilled to the burst, 20"),
             (&trace, later, sampled(0), "12 tokens after a pause"),
-            (
-                &trace,
-                later,
-                Decision::NotSampled,
-                "4 tokens after a pause",
-            ),
+            (&trace, later, Decision::NotSampled, "4 tokens again"),
         ],
     );
 
@@ -833,12 +828,7 @@ fn composite_allocation() {
             (&errors, t0, sampled(0), "errors' first 2 of 5 spans"),
             (&errors, t0, sampled(0), "errors' 4 of 5 spans"),
             (&plain, t0, sampled(0), "all's first 2 of 5 spans"),
-            (
-                &errors,
-                t0,
-                Decision::NotSampled,
-                "errors' 5 spans: 4 + 2 > 5",
-            ),
+            (&errors, t0, Decision::NotSampled, "errors: 4 + 2 > 5"),
             (&plain, t0, sampled(0), "all's 4 of 5 spans"),
             (&plain, t0, Decision::NotSampled, "all's 5: 4 + 2 > 5"),
             (&errors, t1, sampled(0), "a new window"),
