@@ -190,7 +190,10 @@ impl<'v, 'p> Obj<'v, 'p> {
 
     /// A field that takes its default when absent.
     fn with<T: Default>(&self, names: Names, read: impl FnOnce(&'v Value, &P<'_>) -> R<T>) -> R<T> {
-        Ok(self.opt(names, read)?.unwrap_or_default())
+        match self.get(names) {
+            None => Ok(T::default()),
+            Some(v) => read(v, &self.path.field(names.0)),
+        }
     }
 
     fn opt<T>(&self, names: Names, read: impl FnOnce(&'v Value, &P<'_>) -> R<T>) -> R<Option<T>> {
