@@ -116,19 +116,13 @@ impl Gateway {
         for (id, receiver) in &config.receivers {
             let ReceiverConfig::Otlp(otlp) = receiver;
             if let Some(grpc) = &otlp.grpc {
-                let what = format!("receivers.{id}.protocols.grpc");
-                let listener = bind(&what, &grpc.endpoint).await?;
-                addresses
-                    .grpc
-                    .insert(id.written.clone(), local_addr(&listener));
+                let listener =
+                    bind_receiver(id, "grpc", &grpc.endpoint, &mut addresses.grpc).await?;
                 grpc_listeners.push((id.clone(), grpc.clone(), listener));
             }
             if let Some(http) = &otlp.http {
-                let what = format!("receivers.{id}.protocols.http");
-                let listener = bind(&what, &http.endpoint).await?;
-                addresses
-                    .http
-                    .insert(id.written.clone(), local_addr(&listener));
+                let listener =
+                    bind_receiver(id, "http", &http.endpoint, &mut addresses.http).await?;
                 http_listeners.push((id.clone(), http.clone(), listener));
             }
         }
@@ -202,13 +196,17 @@ impl Gateway {
             )
         };
 
+        let traces_intake = |id: &ComponentId, transport| {
+            TracesIntake::new(
+                sinks.get(id).cloned().unwrap_or_else(TracesSink::default),
+                receiver_families.for_receiver(id, transport),
+                limiter.clone(),
+            )
+        };
+
         let mut receiver_tasks = Vec::new();
         for (id, grpc, listener) in grpc_listeners {
-            let intake = TracesIntake::new(
-                sinks.get(&id).cloned().unwrap_or_else(TracesSink::default),
-                receiver_families.for_receiver(&id, Transport::Grpc),
-                limiter.clone(),
-            );
+            let intake = traces_intake(&id, Transport::Grpc);
             let metrics = metrics_intake(&id, Transport::Grpc);
             tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener));
             let stop = receivers_stopped.clone();
@@ -219,11 +217,7 @@ impl Gateway {
             }));
         }
         for (id, http, listener) in http_listeners {
-            let intake = TracesIntake::new(
-                sinks.get(&id).cloned().unwrap_or_else(TracesSink::default),
-                receiver_families.for_receiver(&id, Transport::Http),
-                limiter.clone(),
-            );
+            let intake = traces_intake(&id, Transport::Http);
             let metrics = metrics_intake(&id, Transport::Http);
             tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener));
             receiver_tasks.push(tokio::spawn(otlp_http::serve(
@@ -251,4 +245,16 @@ impl Gateway {
             telemetry_tasks,
         })
     }
+}
+
+/// Binds the `protocol` endpoint of receiver `id` and records its address in `addresses`.
+async fn bind_receiver(
+    id: &ComponentId,
+    protocol: &str,
+    endpoint: &str,
+    addresses: &mut BTreeMap<String, SocketAddr>,
+) -> Result<tokio::net::TcpListener, BindError> {
+    let listener = bind(&format!("receivers.{id}.protocols.{protocol}"), endpoint).await?;
+    addresses.insert(id.written.clone(), local_addr(&listener));
+    Ok(listener)
 }

@@ -192,22 +192,14 @@ async fn join_until(
             let _ = task.await;
         });
     }
-    let finished =
-        tokio::time::timeout_at(deadline, async { while set.join_next().await.is_some() {} })
-            .await
-            .is_ok();
-    if finished {
+    if join_set_until(&mut set, deadline).await {
         return true;
     }
     tracing::warn!(event = "shutdown.stage_timed_out", stage);
     if let Some(give_up) = give_up {
         give_up.raise();
         let grace = Instant::now() + GIVE_UP_GRACE;
-        let ended =
-            tokio::time::timeout_at(grace, async { while set.join_next().await.is_some() {} })
-                .await
-                .is_ok();
-        if ended {
+        if join_set_until(&mut set, grace).await {
             return false;
         }
         // A stage that does not end after giving up holds data no counter will see.
@@ -217,6 +209,13 @@ async fn join_until(
         handle.abort();
     }
     false
+}
+
+/// Awaits every task of `set` until `deadline`. True when all finished by then.
+async fn join_set_until(set: &mut tokio::task::JoinSet<()>, deadline: Instant) -> bool {
+    tokio::time::timeout_at(deadline, async { while set.join_next().await.is_some() {} })
+        .await
+        .is_ok()
 }
 
 /// Runs the futures concurrently and collects their outputs in order.

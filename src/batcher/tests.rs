@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use tokio::sync::mpsc;
 
@@ -21,23 +21,17 @@ fn config(size: usize, max: Option<usize>, timeout_ms: u64) -> BatchConfig {
 
 /// A request of `spans` spans whose names are `{tag}-{i}`.
 fn request(tag: &str, spans: usize) -> TraceBatch {
-    let request = ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans {
-                spans: (0..spans)
-                    .map(|i| Span {
-                        trace_id: vec![1; 16],
-                        span_id: vec![2; 8],
-                        name: format!("{tag}-{i}"),
-                        ..Default::default()
-                    })
-                    .collect(),
+    let request = crate::otlp::one_scope_request(
+        (0..spans)
+            .map(|i| Span {
+                trace_id: vec![1; 16],
+                span_id: vec![2; 8],
+                name: format!("{tag}-{i}"),
                 ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
-    TraceBatch::new(Bytes::from(request.encode_to_vec()), spans)
+            })
+            .collect(),
+    );
+    TraceBatch::new(Bytes::from(request), spans)
 }
 
 fn span_names(batch: &TraceBatch) -> Vec<String> {

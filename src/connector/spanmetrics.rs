@@ -227,7 +227,8 @@ fn now_unix_nanos() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn string_kv(key: &str, value: &str) -> KeyValue {
+/// A string attribute.
+pub(super) fn string_kv(key: &str, value: &str) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
         value: Some(AnyValue {

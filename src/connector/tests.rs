@@ -6,14 +6,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{HistogramDataPoint, NumberDataPoint, metric};
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    HistogramDataPoint, Metric, NumberDataPoint, metric,
+};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
 
 use super::SpanMetricsMetrics;
-use super::spanmetrics::Aggregator;
+use super::spanmetrics::{Aggregator, string_kv as kv};
 use crate::config::{HistogramUnit, SpanMetricsConfig, SpanMetricsDimension};
 
 fn config() -> SpanMetricsConfig {
@@ -34,16 +36,6 @@ fn config() -> SpanMetricsConfig {
         resource_metrics_key_attributes: Vec::new(),
         dimensions_cache_size: NonZeroUsize::new(1000).unwrap(),
         aggregation_cardinality_limit: NonZeroUsize::new(10_000),
-    }
-}
-
-fn kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.into())),
-        }),
-        key_strindex: 0,
     }
 }
 
@@ -99,39 +91,41 @@ fn str_attr<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
     }
 }
 
-fn calls(request: &ExportMetricsServiceRequest) -> Vec<NumberDataPoint> {
+/// The points of every metric named `name` in `request`, as `points` reads each metric.
+fn points_of<T>(
+    request: &ExportMetricsServiceRequest,
+    name: &str,
+    points: impl Fn(&Metric) -> Vec<T>,
+) -> Vec<T> {
     request
         .resource_metrics
         .iter()
         .flat_map(|r| &r.scope_metrics)
         .flat_map(|s| &s.metrics)
-        .filter(|m| m.name == "traces.span.metrics.calls")
-        .flat_map(|m| match &m.data {
-            Some(metric::Data::Sum(sum)) => {
-                assert!(sum.is_monotonic);
-                assert_eq!(sum.aggregation_temporality, 2, "cumulative");
-                sum.data_points.clone()
-            }
-            _ => panic!("calls is a Sum"),
-        })
+        .filter(|m| m.name == name)
+        .flat_map(points)
         .collect()
 }
 
+fn calls(request: &ExportMetricsServiceRequest) -> Vec<NumberDataPoint> {
+    points_of(request, "traces.span.metrics.calls", |m| match &m.data {
+        Some(metric::Data::Sum(sum)) => {
+            assert!(sum.is_monotonic);
+            assert_eq!(sum.aggregation_temporality, 2, "cumulative");
+            sum.data_points.clone()
+        }
+        _ => panic!("calls is a Sum"),
+    })
+}
+
 fn durations(request: &ExportMetricsServiceRequest) -> Vec<HistogramDataPoint> {
-    request
-        .resource_metrics
-        .iter()
-        .flat_map(|r| &r.scope_metrics)
-        .flat_map(|s| &s.metrics)
-        .filter(|m| m.name == "traces.span.metrics.duration")
-        .flat_map(|m| {
-            assert_eq!(m.unit, "ms");
-            match &m.data {
-                Some(metric::Data::Histogram(h)) => h.data_points.clone(),
-                _ => panic!("duration is a Histogram"),
-            }
-        })
-        .collect()
+    points_of(request, "traces.span.metrics.duration", |m| {
+        assert_eq!(m.unit, "ms");
+        match &m.data {
+            Some(metric::Data::Histogram(h)) => h.data_points.clone(),
+            _ => panic!("duration is a Histogram"),
+        }
+    })
 }
 
 fn value(point: &NumberDataPoint) -> i64 {

@@ -347,21 +347,51 @@ impl Generator {
         attributes
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn span(
+    /// The root span of trace `trace_id`, over `[start, end)`.
+    fn root(
         &mut self,
         trace_id: [u8; 16],
-        parent: Option<&[u8]>,
         name: &str,
         kind: span::SpanKind,
-        start: u64,
-        end: u64,
+        window: (u64, u64),
+        attributes: Vec<KeyValue>,
+    ) -> Span {
+        self.span(
+            trace_id.to_vec(),
+            Vec::new(),
+            name,
+            kind,
+            window,
+            attributes,
+        )
+    }
+
+    /// A child of `parent` in its trace, over `[start, end)`.
+    fn child(
+        &mut self,
+        parent: &Span,
+        name: &str,
+        kind: span::SpanKind,
+        window: (u64, u64),
+        attributes: Vec<KeyValue>,
+    ) -> Span {
+        let (trace_id, parent_id) = (parent.trace_id.clone(), parent.span_id.clone());
+        self.span(trace_id, parent_id, name, kind, window, attributes)
+    }
+
+    fn span(
+        &mut self,
+        trace_id: Vec<u8>,
+        parent_span_id: Vec<u8>,
+        name: &str,
+        kind: span::SpanKind,
+        (start, end): (u64, u64),
         attributes: Vec<KeyValue>,
     ) -> Span {
         Span {
-            trace_id: trace_id.to_vec(),
+            trace_id,
             span_id: self.span_id(),
-            parent_span_id: parent.map(<[u8]>::to_vec).unwrap_or_default(),
+            parent_span_id,
             flags: 0x101, // sampled; parent-is-remote known
             name: name.into(),
             kind: kind as i32,
@@ -403,25 +433,22 @@ impl Generator {
             kv("code.function", string("Reconcile")),
         ];
         common(&mut attrs);
-        let root = self.span(
-            trace_id,
-            None,
-            "Reconcile",
-            K::Server,
-            start,
-            start + d,
-            attrs,
-        );
-        let root_id = root.span_id.clone();
+        let root = self.root(trace_id, "Reconcile", K::Server, (start, start + d), attrs);
 
         let (s, e) = self.window(start, d, 20, 100);
-        let get_route = "/apis/apps.example.com/v1/namespaces/{namespace}/widgets/{name}";
-        let mut attrs = vec![
-            kv("http.method", string("GET")),
-            kv("http.route", string(get_route)),
-            kv("http.status_code", int(200)),
-            kv("net.peer.name", string("kubernetes.default.svc")),
-            kv("net.peer.port", int(443)),
+        // The GET and the PATCH are calls to the API server for the same object.
+        let api_call = |method: &str| {
+            let route = "/apis/apps.example.com/v1/namespaces/{namespace}/widgets/{name}";
+            vec![
+                kv("http.method", string(method)),
+                kv("http.route", string(route)),
+                kv("http.status_code", int(200)),
+                kv("net.peer.name", string("kubernetes.default.svc")),
+                kv("net.peer.port", int(443)),
+            ]
+        };
+        let mut attrs = api_call("GET");
+        attrs.extend([
             kv(
                 "http.url",
                 string(&format!(
@@ -430,9 +457,9 @@ impl Generator {
             ),
             kv("k8s.resource", string("widgets")),
             kv("http.response_content_length", int(1800 + i64::from(n))),
-        ];
+        ]);
         common(&mut attrs);
-        let get = self.span(trace_id, Some(&root_id), "Get", K::Client, s, e, attrs);
+        let get = self.child(&root, "Get", K::Client, (s, e), attrs);
 
         let (fs, fe) = self.window(start, d, 120, 550);
         let mut attrs = vec![
@@ -449,16 +476,7 @@ impl Generator {
             kv("code.function", string("fetchExternal")),
         ];
         common(&mut attrs);
-        let fetch = self.span(
-            trace_id,
-            Some(&root_id),
-            "fetchExternal",
-            K::Internal,
-            fs,
-            fe,
-            attrs,
-        );
-        let fetch_id = fetch.span_id.clone();
+        let fetch = self.child(&root, "fetchExternal", K::Internal, (fs, fe), attrs);
 
         let (hs, he) = self.window(fs, fe - fs, 50, 950);
         let attrs = vec![
@@ -479,15 +497,7 @@ impl Generator {
             ),
             kv("k8s.namespace.name", string("catalog")),
         ];
-        let http = self.span(
-            trace_id,
-            Some(&fetch_id),
-            "GET /api/v1/items/{id}",
-            K::Server,
-            hs,
-            he,
-            attrs,
-        );
+        let http = self.child(&fetch, "GET /api/v1/items/{id}", K::Server, (hs, he), attrs);
 
         let (as_, ae) = self.window(start, d, 580, 970);
         let mut attrs = vec![
@@ -501,30 +511,17 @@ impl Generator {
             kv("dry_run", boolean(false)),
         ];
         common(&mut attrs);
-        let apply = self.span(
-            trace_id,
-            Some(&root_id),
-            "applyDesiredState",
-            K::Internal,
-            as_,
-            ae,
-            attrs,
-        );
-        let apply_id = apply.span_id.clone();
+        let apply = self.child(&root, "applyDesiredState", K::Internal, (as_, ae), attrs);
 
         let (ps, pe) = self.window(as_, ae - as_, 100, 900);
-        let mut attrs = vec![
-            kv("http.method", string("PATCH")),
-            kv("http.route", string(get_route)),
-            kv("http.status_code", int(200)),
-            kv("net.peer.name", string("kubernetes.default.svc")),
-            kv("net.peer.port", int(443)),
+        let mut attrs = api_call("PATCH");
+        attrs.extend([
             kv("k8s.resource", string("widgets")),
             kv("k8s.object.name", string(&widget)),
             kv("http.request_content_length", int(240 + i64::from(n % 64))),
-        ];
+        ]);
         common(&mut attrs);
-        let patch = self.span(trace_id, Some(&apply_id), "Patch", K::Client, ps, pe, attrs);
+        let patch = self.child(&apply, "Patch", K::Client, (ps, pe), attrs);
 
         [
             (0, root),
@@ -550,13 +547,11 @@ impl Generator {
         use span::SpanKind as K;
         let mut out = Vec::with_capacity(self.config.shape.spans_per_trace());
         let attrs = self.fanout_attributes(0, 0);
-        let root = self.span(
+        let root = self.root(
             trace_id,
-            None,
             "GET /api/v1/orders",
             K::Server,
-            start,
-            start + d,
+            (start, start + d),
             attrs,
         );
         // (index in `out`, level) of the spans whose children are still to be made.
@@ -569,12 +564,10 @@ impl Generator {
             if level >= depth {
                 continue;
             }
-            let parent = &out[parent_at].span;
-            let (ps, pe, parent_id) = (
-                parent.start_time_unix_nano,
-                parent.end_time_unix_nano,
-                parent.span_id.clone(),
-            );
+            let (ps, pe) = {
+                let parent = &out[parent_at].span;
+                (parent.start_time_unix_nano, parent.end_time_unix_nano)
+            };
             let slot = (pe - ps) / u64::from(fanout);
             for i in 0..fanout {
                 let s = ps + slot * u64::from(i);
@@ -585,15 +578,8 @@ impl Generator {
                     K::Internal
                 };
                 let attrs = self.fanout_attributes(level, i);
-                let span = self.span(
-                    trace_id,
-                    Some(&parent_id),
-                    &format!("call level-{} #{i}", level + 1),
-                    kind,
-                    cs,
-                    ce,
-                    attrs,
-                );
+                let name = format!("call level-{} #{i}", level + 1);
+                let span = self.child(&out[parent_at].span, &name, kind, (cs, ce), attrs);
                 out.push(GeneratedSpan {
                     service: level as usize,
                     span,

@@ -18,16 +18,21 @@ fn traces(config: GeneratorConfig, seed: u64, n: usize) -> Vec<GeneratedTrace> {
     (0..n).map(|_| g.next_trace(END)).collect()
 }
 
+/// The default generator with these shares of error and slow traces.
+fn with_ratios(error_ratio: f64, slow_ratio: f64) -> GeneratorConfig {
+    GeneratorConfig {
+        error_ratio,
+        slow_ratio,
+        ..Default::default()
+    }
+}
+
 /// Scenario: two generators with the same config and seed, and a third with another seed.
 /// Guarantees: the same seed gives identical traces (ids, names, attributes, times); a
 /// different seed gives different trace ids.
 #[test]
 fn same_seed_same_traces() {
-    let config = GeneratorConfig {
-        error_ratio: 0.3,
-        slow_ratio: 0.3,
-        ..Default::default()
-    };
+    let config = with_ratios(0.3, 0.3);
     let a = traces(config.clone(), 42, 200);
     let b = traces(config.clone(), 42, 200);
     assert_eq!(a, b);
@@ -164,11 +169,7 @@ fn fanout_shape() {
 /// ERROR span; slow traces' roots last more than a second and the others' less.
 #[test]
 fn error_and_slow_ratios() {
-    let config = GeneratorConfig {
-        error_ratio: 0.1,
-        slow_ratio: 0.2,
-        ..Default::default()
-    };
+    let config = with_ratios(0.1, 0.2);
     let all = traces(config, 99, 10_000);
     let errors = all.iter().filter(|t| t.error).count();
     let slow = all.iter().filter(|t| t.slow).count();
@@ -289,29 +290,38 @@ fn outcomes_follow_the_otlp_spec() {
     ));
 }
 
-/// Scenario: a run with neither a span count nor a duration, and one with a bad ratio.
-/// Guarantees: both are refused before anything is sent.
-#[tokio::test]
-async fn unbounded_runs_are_refused() {
-    let config = LoadConfig {
+/// One uncompressed gRPC connection to `endpoint`, unbounded (no `spans`, no `duration`),
+/// one attempt per request, no splitting or lateness, batches of 100 spans.
+fn grpc_load(endpoint: &str, timeout: Duration) -> LoadConfig {
+    LoadConfig {
         generator: GeneratorConfig::default(),
         send: SendConfig {
             protocol: Protocol::Grpc,
-            endpoint: "127.0.0.1:1".into(),
+            endpoint: endpoint.into(),
             gzip: false,
-            timeout: Duration::from_secs(1),
+            timeout,
         },
         connections: 1,
         rate: None,
         spans: None,
         duration: None,
-        batch_spans: 10,
+        batch_spans: 100,
         seed: 0,
         split_ratio: 0.0,
         lateness: Duration::ZERO,
         max_attempts: 1,
         expect: None,
         progress: false,
+    }
+}
+
+/// Scenario: a run with neither a span count nor a duration, and one with a bad ratio.
+/// Guarantees: both are refused before anything is sent.
+#[tokio::test]
+async fn unbounded_runs_are_refused() {
+    let config = LoadConfig {
+        batch_spans: 10,
+        ..grpc_load("127.0.0.1:1", Duration::from_secs(1))
     };
     assert!(matches!(
         run(config.clone()).await,
@@ -330,24 +340,9 @@ async fn unbounded_runs_are_refused() {
 #[tokio::test]
 async fn nothing_listening_counts_as_failed() {
     let summary = run(LoadConfig {
-        generator: GeneratorConfig::default(),
-        send: SendConfig {
-            protocol: Protocol::Grpc,
-            endpoint: "127.0.0.1:1".into(),
-            gzip: false,
-            timeout: Duration::from_secs(2),
-        },
-        connections: 1,
-        rate: None,
         spans: Some(10),
-        duration: None,
         batch_spans: 100,
-        seed: 0,
-        split_ratio: 0.0,
-        lateness: Duration::ZERO,
-        max_attempts: 1,
-        expect: None,
-        progress: false,
+        ..grpc_load("127.0.0.1:1", Duration::from_secs(2))
     })
     .await
     .unwrap();

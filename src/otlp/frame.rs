@@ -53,23 +53,26 @@ pub struct TraceRequestWriter {
     span_count: usize,
 }
 
+/// A `ResourceSpans` or a `ScopeSpans` being written. On the wire both are a header
+/// message (field 1: the resource or the scope, absent when empty), repeated children
+/// (field 2: scope spans or spans) and a schema URL (field 3).
 #[derive(Debug)]
-struct ResourceGroup {
-    resource: Bytes,
+struct Group<C> {
+    /// The encoded resource or scope.
+    head: Bytes,
     schema_url: Bytes,
-    scopes: Vec<ScopeGroup>,
-    /// Encoded length of every scope group but the last, framed.
-    closed_scopes_len: usize,
+    children: Vec<C>,
+    /// Encoded length of the closed children, framed: see [`ResourceGroup`] and
+    /// [`ScopeGroup`].
+    closed_len: usize,
 }
 
-#[derive(Debug)]
-struct ScopeGroup {
-    scope: Bytes,
-    schema_url: Bytes,
-    spans: Vec<Bytes>,
-    /// Encoded length of all spans, framed.
-    spans_len: usize,
-}
+/// The scope groups of one resource; all but the last are closed (the last may still
+/// grow).
+type ResourceGroup = Group<ScopeGroup>;
+
+/// The spans of one scope; every span is closed once pushed.
+type ScopeGroup = Group<Bytes>;
 
 /// Where a pushed span would go.
 enum Placement {
@@ -100,22 +103,52 @@ fn same(a: &Bytes, b: &Bytes) -> bool {
     (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 
+impl<C> Group<C> {
+    fn new(head: &Bytes, schema_url: &Bytes) -> Self {
+        Self {
+            head: head.clone(),
+            schema_url: schema_url.clone(),
+            children: Vec::new(),
+            closed_len: 0,
+        }
+    }
+
+    fn is(&self, head: &Bytes, schema_url: &Bytes) -> bool {
+        same(&self.head, head) && same(&self.schema_url, schema_url)
+    }
+
+    /// The body length, with `open` the framed length of the children not yet closed.
+    fn body_len_with(&self, open: usize) -> usize {
+        optional(self.head.len()) + self.closed_len + open + optional(self.schema_url.len())
+    }
+
+    /// Writes the body, fields in number order, each child with `put_child`.
+    fn put_body(&self, out: &mut BytesMut, put_child: impl Fn(&mut BytesMut, &C)) {
+        if !self.head.is_empty() {
+            put_bytes_field(out, 1, &self.head);
+        }
+        for child in &self.children {
+            put_child(out, child);
+        }
+        if !self.schema_url.is_empty() {
+            put_bytes_field(out, 3, &self.schema_url);
+        }
+    }
+}
+
 impl ScopeGroup {
     fn body_len(&self) -> usize {
-        optional(self.scope.len()) + self.spans_len + optional(self.schema_url.len())
+        self.body_len_with(0)
     }
 }
 
 impl ResourceGroup {
     fn body_len_with_last_scope(&self, last_scope_body: usize) -> usize {
-        optional(self.resource.len())
-            + self.closed_scopes_len
-            + framed(last_scope_body)
-            + optional(self.schema_url.len())
+        self.body_len_with(framed(last_scope_body))
     }
 
     fn body_len(&self) -> usize {
-        let last = self.scopes.last().map_or(0, ScopeGroup::body_len);
+        let last = self.children.last().map_or(0, ScopeGroup::body_len);
         self.body_len_with_last_scope(last)
     }
 }
@@ -154,13 +187,11 @@ impl TraceRequestWriter {
         let Some(group) = self.groups.last() else {
             return Placement::NewResource;
         };
-        if !same(&group.resource, resource) || !same(&group.schema_url, resource_schema_url) {
+        if !group.is(resource, resource_schema_url) {
             return Placement::NewResource;
         }
-        match group.scopes.last() {
-            Some(s) if same(&s.scope, scope) && same(&s.schema_url, scope_schema_url) => {
-                Placement::SameScope
-            }
+        match group.children.last() {
+            Some(s) if s.is(scope, scope_schema_url) => Placement::SameScope,
             _ => Placement::NewScope,
         }
     }
@@ -182,7 +213,7 @@ impl TraceRequestWriter {
             self.groups.last(),
         ) {
             (Placement::SameScope, Some(group)) => {
-                let last = group.scopes.last().map_or(0, ScopeGroup::body_len);
+                let last = group.children.last().map_or(0, ScopeGroup::body_len);
                 let body = group.body_len_with_last_scope(last + framed(span.len()));
                 self.closed_len + framed(body)
             }
@@ -213,32 +244,22 @@ impl TraceRequestWriter {
         let placement = self.placement(resource, resource_schema_url, scope, scope_schema_url);
         if let Placement::NewResource = placement {
             self.closed_len = self.encoded_len();
-            self.groups.push(ResourceGroup {
-                resource: resource.clone(),
-                schema_url: resource_schema_url.clone(),
-                scopes: Vec::new(),
-                closed_scopes_len: 0,
-            });
+            self.groups.push(Group::new(resource, resource_schema_url));
         }
         let Some(group) = self.groups.last_mut() else {
             unreachable!("a resource group was just ensured");
         };
         if !matches!(placement, Placement::SameScope) {
-            if let Some(last) = group.scopes.last() {
-                group.closed_scopes_len += framed(last.body_len());
+            if let Some(last) = group.children.last() {
+                group.closed_len += framed(last.body_len());
             }
-            group.scopes.push(ScopeGroup {
-                scope: scope.clone(),
-                schema_url: scope_schema_url.clone(),
-                spans: Vec::new(),
-                spans_len: 0,
-            });
+            group.children.push(Group::new(scope, scope_schema_url));
         }
-        let Some(scope_group) = group.scopes.last_mut() else {
+        let Some(scope_group) = group.children.last_mut() else {
             unreachable!("a scope group was just ensured");
         };
-        scope_group.spans_len += framed(span.len());
-        scope_group.spans.push(span.clone());
+        scope_group.closed_len += framed(span.len());
+        scope_group.children.push(span.clone());
         self.span_count += 1;
     }
 
@@ -265,24 +286,10 @@ impl TraceRequestWriter {
         let mut out = BytesMut::with_capacity(self.encoded_len());
         for group in &self.groups {
             put_len_field(&mut out, 1, group.body_len());
-            if !group.resource.is_empty() {
-                put_bytes_field(&mut out, 1, &group.resource);
-            }
-            for scope in &group.scopes {
-                put_len_field(&mut out, 2, scope.body_len());
-                if !scope.scope.is_empty() {
-                    put_bytes_field(&mut out, 1, &scope.scope);
-                }
-                for span in &scope.spans {
-                    put_bytes_field(&mut out, 2, span);
-                }
-                if !scope.schema_url.is_empty() {
-                    put_bytes_field(&mut out, 3, &scope.schema_url);
-                }
-            }
-            if !group.schema_url.is_empty() {
-                put_bytes_field(&mut out, 3, &group.schema_url);
-            }
+            group.put_body(&mut out, |out, scope| {
+                put_len_field(out, 2, scope.body_len());
+                scope.put_body(out, |out, span| put_bytes_field(out, 2, span));
+            });
         }
         debug_assert_eq!(out.len(), self.encoded_len());
         FramedRequest {

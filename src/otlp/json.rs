@@ -25,7 +25,7 @@ use opentelemetry_proto::tonic::metrics::v1::summary_data_point::ValueAtQuantile
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Exemplar, ExponentialHistogram, ExponentialHistogramDataPoint, Gauge,
     Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
-    Summary, SummaryDataPoint,
+    Summary, SummaryDataPoint, exemplar, metric, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::{Event, Link, SpanKind};
@@ -71,13 +71,31 @@ impl JsonError {
 /// When the body is not JSON, or a value has the wrong type or an invalid content (bad hex
 /// or base64, id of the wrong length, unknown enum name, out-of-range integer).
 pub fn traces_json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, JsonError> {
+    transcode(json, request)
+}
+
+/// Transcodes an OTLP/JSON `ExportMetricsServiceRequest` to its protobuf encoding, by the
+/// same rules as [`traces_json_to_protobuf`]: exemplar trace and span ids are hex,
+/// `aggregationTemporality` is an integer or its name, int64 and fixed64 values are numbers
+/// or decimal strings, doubles may be `"NaN"` or `"Infinity"`.
+///
+/// # Errors
+///
+/// As [`traces_json_to_protobuf`].
+pub fn metrics_json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, JsonError> {
+    transcode(json, metrics_request)
+}
+
+/// Parses `json` and encodes the request `read` makes of it.
+fn transcode<M: Message>(
+    json: &[u8],
+    read: fn(&Value, &P<'_>) -> R<M>,
+) -> Result<Vec<u8>, JsonError> {
     let value: Value = serde_json::from_slice(json).map_err(|e| JsonError {
         path: String::new(),
         message: format!("invalid json: {e}"),
     })?;
-    let root = P::ROOT;
-    let request = request(&value, &root)?;
-    Ok(request.encode_to_vec())
+    Ok(read(&value, &P::ROOT)?.encode_to_vec())
 }
 
 /// The JSON `ExportTraceServiceResponse` body: `{}` when nothing was rejected (as the
@@ -155,57 +173,47 @@ fn obj<'v, 'p>(v: &'v Value, path: &'p P<'p>) -> R<Obj<'v, 'p>> {
     }
 }
 
+/// The two names a field is known by: `(json, proto)`, e.g. `("traceId", "trace_id")`.
+/// Written by `names!`.
+type Names = (&'static str, &'static str);
+
 impl<'v, 'p> Obj<'v, 'p> {
-    /// The value under `camel` (or `snake`), `None` if absent or null.
-    fn get(&self, camel: &str, snake: &str) -> Option<&'v Value> {
+    /// The value under the JSON name (or else the proto name), `None` if absent or null.
+    fn get(&self, (json, proto): Names) -> Option<&'v Value> {
         let found = self
             .map
-            .get(camel)
+            .get(json)
             .filter(|v| !v.is_null())
-            .or_else(|| self.map.get(snake));
+            .or_else(|| self.map.get(proto));
         found.filter(|v| !v.is_null())
     }
 
-    fn with<T: Default>(
-        &self,
-        camel: &'static str,
-        snake: &str,
-        read: impl FnOnce(&'v Value, &P<'_>) -> R<T>,
-    ) -> R<T> {
-        match self.get(camel, snake) {
+    /// A field that takes its default when absent.
+    fn with<T: Default>(&self, names: Names, read: impl FnOnce(&'v Value, &P<'_>) -> R<T>) -> R<T> {
+        match self.get(names) {
             None => Ok(T::default()),
-            Some(v) => read(v, &self.path.field(camel)),
+            Some(v) => read(v, &self.path.field(names.0)),
         }
     }
 
-    fn opt<T>(
-        &self,
-        camel: &'static str,
-        snake: &str,
-        read: impl FnOnce(&'v Value, &P<'_>) -> R<T>,
-    ) -> R<Option<T>> {
-        match self.get(camel, snake) {
+    fn opt<T>(&self, names: Names, read: impl FnOnce(&'v Value, &P<'_>) -> R<T>) -> R<Option<T>> {
+        match self.get(names) {
             None => Ok(None),
-            Some(v) => read(v, &self.path.field(camel)).map(Some),
+            Some(v) => read(v, &self.path.field(names.0)).map(Some),
         }
     }
 
-    fn list<T>(
-        &self,
-        camel: &'static str,
-        snake: &str,
-        read: impl Fn(&'v Value, &P<'_>) -> R<T>,
-    ) -> R<Vec<T>> {
-        let Some(v) = self.get(camel, snake) else {
+    fn list<T>(&self, names: Names, read: impl Fn(&'v Value, &P<'_>) -> R<T>) -> R<Vec<T>> {
+        let Some(v) = self.get(names) else {
             return Ok(Vec::new());
         };
         let Value::Array(items) = v else {
-            return Err(self.path.field(camel).err("expected an array"));
+            return Err(self.path.field(names.0).err("expected an array"));
         };
         items
             .iter()
             .enumerate()
-            .map(|(i, item)| read(item, &self.path.index(camel, i)))
+            .map(|(i, item)| read(item, &self.path.index(names.0, i)))
             .collect()
     }
 }
@@ -227,17 +235,16 @@ impl<'o, 'v, 'p, U> OneOf<'o, 'v, 'p, U> {
         }
     }
 
-    /// Reads the member under `camel` (or `snake`) with `read`, wrapped as the oneof's
-    /// variant by `wrap`.
+    /// Reads the member `names` with `read`, wrapped as the oneof's variant by `wrap`.
     fn member<T>(
         &mut self,
-        (camel, snake): (&'static str, &str),
+        names: Names,
         read: impl FnOnce(&'v Value, &P<'_>) -> R<T>,
         wrap: impl FnOnce(T) -> U,
     ) -> R<()> {
-        if let Some(v) = self.obj.opt(camel, snake, read)? {
+        if let Some(v) = self.obj.opt(names, read)? {
             if self.value.is_some() {
-                return Err(self.obj.path.field(camel).err(self.conflict));
+                return Err(self.obj.path.field(names.0).err(self.conflict));
             }
             self.value = Some(wrap(v));
         }
@@ -379,245 +386,12 @@ fn base64(v: &Value, path: &P<'_>) -> R<Vec<u8>> {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// Messages.
-
-fn request(v: &Value, path: &P<'_>) -> R<ExportTraceServiceRequest> {
-    let o = obj(v, path)?;
-    Ok(ExportTraceServiceRequest {
-        resource_spans: o.list("resourceSpans", "resource_spans", resource_spans)?,
-    })
+fn trace_id(v: &Value, path: &P<'_>) -> R<Vec<u8>> {
+    hex_id(v, path, 16)
 }
 
-fn resource_spans(v: &Value, path: &P<'_>) -> R<ResourceSpans> {
-    let o = obj(v, path)?;
-    Ok(ResourceSpans {
-        resource: o.opt("resource", "resource", resource)?,
-        scope_spans: o.list("scopeSpans", "scope_spans", scope_spans)?,
-        schema_url: o.with("schemaUrl", "schema_url", string)?,
-    })
-}
-
-fn resource(v: &Value, path: &P<'_>) -> R<Resource> {
-    let o = obj(v, path)?;
-    Ok(Resource {
-        attributes: o.list("attributes", "attributes", key_value)?,
-        dropped_attributes_count: o.with(
-            "droppedAttributesCount",
-            "dropped_attributes_count",
-            u32_,
-        )?,
-        entity_refs: o.list("entityRefs", "entity_refs", entity_ref)?,
-    })
-}
-
-fn entity_ref(v: &Value, path: &P<'_>) -> R<EntityRef> {
-    let o = obj(v, path)?;
-    Ok(EntityRef {
-        schema_url: o.with("schemaUrl", "schema_url", string)?,
-        r#type: o.with("type", "type", string)?,
-        id_keys: o.list("idKeys", "id_keys", string)?,
-        description_keys: o.list("descriptionKeys", "description_keys", string)?,
-    })
-}
-
-fn scope_spans(v: &Value, path: &P<'_>) -> R<ScopeSpans> {
-    let o = obj(v, path)?;
-    Ok(ScopeSpans {
-        scope: o.opt("scope", "scope", scope)?,
-        spans: o.list("spans", "spans", span)?,
-        schema_url: o.with("schemaUrl", "schema_url", string)?,
-    })
-}
-
-fn scope(v: &Value, path: &P<'_>) -> R<InstrumentationScope> {
-    let o = obj(v, path)?;
-    Ok(InstrumentationScope {
-        name: o.with("name", "name", string)?,
-        version: o.with("version", "version", string)?,
-        attributes: o.list("attributes", "attributes", key_value)?,
-        dropped_attributes_count: o.with(
-            "droppedAttributesCount",
-            "dropped_attributes_count",
-            u32_,
-        )?,
-    })
-}
-
-fn span(v: &Value, path: &P<'_>) -> R<Span> {
-    let o = obj(v, path)?;
-    Ok(Span {
-        trace_id: o.with("traceId", "trace_id", |v, p| hex_id(v, p, 16))?,
-        span_id: o.with("spanId", "span_id", |v, p| hex_id(v, p, 8))?,
-        trace_state: o.with("traceState", "trace_state", string)?,
-        parent_span_id: o.with("parentSpanId", "parent_span_id", |v, p| hex_id(v, p, 8))?,
-        flags: o.with("flags", "flags", u32_)?,
-        name: o.with("name", "name", string)?,
-        kind: o.with("kind", "kind", span_kind)?,
-        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
-        end_time_unix_nano: o.with("endTimeUnixNano", "end_time_unix_nano", u64_)?,
-        attributes: o.list("attributes", "attributes", key_value)?,
-        dropped_attributes_count: o.with(
-            "droppedAttributesCount",
-            "dropped_attributes_count",
-            u32_,
-        )?,
-        events: o.list("events", "events", event)?,
-        dropped_events_count: o.with("droppedEventsCount", "dropped_events_count", u32_)?,
-        links: o.list("links", "links", link)?,
-        dropped_links_count: o.with("droppedLinksCount", "dropped_links_count", u32_)?,
-        status: o.opt("status", "status", status)?,
-    })
-}
-
-fn event(v: &Value, path: &P<'_>) -> R<Event> {
-    let o = obj(v, path)?;
-    Ok(Event {
-        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
-        name: o.with("name", "name", string)?,
-        attributes: o.list("attributes", "attributes", key_value)?,
-        dropped_attributes_count: o.with(
-            "droppedAttributesCount",
-            "dropped_attributes_count",
-            u32_,
-        )?,
-    })
-}
-
-fn link(v: &Value, path: &P<'_>) -> R<Link> {
-    let o = obj(v, path)?;
-    Ok(Link {
-        trace_id: o.with("traceId", "trace_id", |v, p| hex_id(v, p, 16))?,
-        span_id: o.with("spanId", "span_id", |v, p| hex_id(v, p, 8))?,
-        trace_state: o.with("traceState", "trace_state", string)?,
-        attributes: o.list("attributes", "attributes", key_value)?,
-        dropped_attributes_count: o.with(
-            "droppedAttributesCount",
-            "dropped_attributes_count",
-            u32_,
-        )?,
-        flags: o.with("flags", "flags", u32_)?,
-    })
-}
-
-fn status(v: &Value, path: &P<'_>) -> R<Status> {
-    let o = obj(v, path)?;
-    Ok(Status {
-        message: o.with("message", "message", string)?,
-        code: o.with("code", "code", status_code)?,
-    })
-}
-
-fn key_value(v: &Value, path: &P<'_>) -> R<KeyValue> {
-    let o = obj(v, path)?;
-    Ok(KeyValue {
-        key: o.with("key", "key", string)?,
-        value: o.opt("value", "value", any_value)?,
-        key_strindex: o.with("keyStrindex", "key_strindex", i32_)?,
-    })
-}
-
-fn any_value(v: &Value, path: &P<'_>) -> R<AnyValue> {
-    use any_value::Value as V;
-    let o = obj(v, path)?;
-    let mut one = OneOf::new(&o, "more than one value set in an AnyValue");
-    one.member(("stringValue", "string_value"), string, V::StringValue)?;
-    one.member(("boolValue", "bool_value"), boolean, V::BoolValue)?;
-    one.member(("intValue", "int_value"), i64_, V::IntValue)?;
-    one.member(("doubleValue", "double_value"), double, V::DoubleValue)?;
-    one.member(("arrayValue", "array_value"), array_value, V::ArrayValue)?;
-    one.member(
-        ("kvlistValue", "kvlist_value"),
-        kvlist_value,
-        V::KvlistValue,
-    )?;
-    one.member(("bytesValue", "bytes_value"), base64, V::BytesValue)?;
-    let strindex = ("stringValueStrindex", "string_value_strindex");
-    one.member(strindex, i32_, V::StringValueStrindex)?;
-    Ok(AnyValue { value: one.value })
-}
-
-fn array_value(v: &Value, path: &P<'_>) -> R<ArrayValue> {
-    let o = obj(v, path)?;
-    Ok(ArrayValue {
-        values: o.list("values", "values", any_value)?,
-    })
-}
-
-fn kvlist_value(v: &Value, path: &P<'_>) -> R<KeyValueList> {
-    let o = obj(v, path)?;
-    Ok(KeyValueList {
-        values: o.list("values", "values", key_value)?,
-    })
-}
-
-// ---------------------------------------------------------------------------------------
-// Metrics.
-
-/// Transcodes an OTLP/JSON `ExportMetricsServiceRequest` to its protobuf encoding, by the
-/// same rules as [`traces_json_to_protobuf`]: exemplar trace and span ids are hex,
-/// `aggregationTemporality` is an integer or its name, int64 and fixed64 values are numbers
-/// or decimal strings, doubles may be `"NaN"` or `"Infinity"`.
-///
-/// # Errors
-///
-/// As [`traces_json_to_protobuf`].
-pub fn metrics_json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, JsonError> {
-    let value: Value = serde_json::from_slice(json).map_err(|e| JsonError {
-        path: String::new(),
-        message: format!("invalid json: {e}"),
-    })?;
-    let root = P::ROOT;
-    let request = metrics_request(&value, &root)?;
-    Ok(request.encode_to_vec())
-}
-
-fn metrics_request(v: &Value, path: &P<'_>) -> R<ExportMetricsServiceRequest> {
-    let o = obj(v, path)?;
-    Ok(ExportMetricsServiceRequest {
-        resource_metrics: o.list("resourceMetrics", "resource_metrics", resource_metrics)?,
-    })
-}
-
-fn resource_metrics(v: &Value, path: &P<'_>) -> R<ResourceMetrics> {
-    let o = obj(v, path)?;
-    Ok(ResourceMetrics {
-        resource: o.opt("resource", "resource", resource)?,
-        scope_metrics: o.list("scopeMetrics", "scope_metrics", scope_metrics)?,
-        schema_url: o.with("schemaUrl", "schema_url", string)?,
-    })
-}
-
-fn scope_metrics(v: &Value, path: &P<'_>) -> R<ScopeMetrics> {
-    let o = obj(v, path)?;
-    Ok(ScopeMetrics {
-        scope: o.opt("scope", "scope", scope)?,
-        metrics: o.list("metrics", "metrics", metric)?,
-        schema_url: o.with("schemaUrl", "schema_url", string)?,
-    })
-}
-
-fn metric(v: &Value, path: &P<'_>) -> R<Metric> {
-    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-    let o = obj(v, path)?;
-    let mut one = OneOf::new(&o, "more than one data field set in a Metric");
-    one.member(("gauge", "gauge"), gauge, Data::Gauge)?;
-    one.member(("sum", "sum"), sum, Data::Sum)?;
-    one.member(("histogram", "histogram"), histogram, Data::Histogram)?;
-    let exponential = ("exponentialHistogram", "exponential_histogram");
-    one.member(
-        exponential,
-        exponential_histogram,
-        Data::ExponentialHistogram,
-    )?;
-    one.member(("summary", "summary"), summary, Data::Summary)?;
-    Ok(Metric {
-        name: o.with("name", "name", string)?,
-        description: o.with("description", "description", string)?,
-        unit: o.with("unit", "unit", string)?,
-        metadata: o.list("metadata", "metadata", key_value)?,
-        data: one.value,
-    })
+fn span_id(v: &Value, path: &P<'_>) -> R<Vec<u8>> {
+    hex_id(v, path, 8)
 }
 
 fn temporality(v: &Value, path: &P<'_>) -> R<i32> {
@@ -626,150 +400,344 @@ fn temporality(v: &Value, path: &P<'_>) -> R<i32> {
     })
 }
 
-fn gauge(v: &Value, path: &P<'_>) -> R<Gauge> {
-    let o = obj(v, path)?;
-    Ok(Gauge {
-        data_points: o.list("dataPoints", "data_points", number_point)?,
-    })
+// ---------------------------------------------------------------------------------------
+// Field names. A field's JSON name is the lowerCamelCase of its proto name (the proto3 JSON
+// mapping), and its proto name is the prost field's; both are derived at compile time from
+// the field identifier, so neither can drift from the other.
+
+/// The proto name of a prost field identifier: `r#type` is `type`.
+const fn proto_name(ident: &'static str) -> &'static str {
+    match ident.as_bytes() {
+        [b'r', b'#', ..] => ident.split_at(2).1,
+        _ => ident,
+    }
 }
 
-fn sum(v: &Value, path: &P<'_>) -> R<Sum> {
-    let o = obj(v, path)?;
-    Ok(Sum {
-        data_points: o.list("dataPoints", "data_points", number_point)?,
-        aggregation_temporality: o.with(
-            "aggregationTemporality",
-            "aggregation_temporality",
-            temporality,
-        )?,
-        is_monotonic: o.with("isMonotonic", "is_monotonic", boolean)?,
-    })
+/// The length of [`json_name_bytes`]`(snake)`: the underscores go.
+const fn json_name_len(snake: &str) -> usize {
+    let bytes = snake.as_bytes();
+    let mut len = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'_' {
+            len += 1;
+        }
+        i += 1;
+    }
+    len
 }
 
-fn histogram(v: &Value, path: &P<'_>) -> R<Histogram> {
-    let o = obj(v, path)?;
-    Ok(Histogram {
-        data_points: o.list("dataPoints", "data_points", histogram_point)?,
-        aggregation_temporality: o.with(
-            "aggregationTemporality",
-            "aggregation_temporality",
-            temporality,
-        )?,
-    })
+/// lowerCamelCase of an ASCII snake_case name: each underscore goes and upper-cases the
+/// letter after it.
+const fn json_name_bytes<const N: usize>(snake: &str) -> [u8; N] {
+    let bytes = snake.as_bytes();
+    let mut out = [0u8; N];
+    let (mut i, mut j, mut upper) = (0, 0, false);
+    while i < bytes.len() {
+        if bytes[i] == b'_' {
+            upper = true;
+        } else {
+            out[j] = if upper {
+                bytes[i].to_ascii_uppercase()
+            } else {
+                bytes[i]
+            };
+            upper = false;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
 }
 
-fn exponential_histogram(v: &Value, path: &P<'_>) -> R<ExponentialHistogram> {
-    let o = obj(v, path)?;
-    Ok(ExponentialHistogram {
-        data_points: o.list("dataPoints", "data_points", exponential_point)?,
-        aggregation_temporality: o.with(
-            "aggregationTemporality",
-            "aggregation_temporality",
-            temporality,
-        )?,
-    })
+/// The [`Names`] of a prost field identifier, as constants.
+macro_rules! names {
+    ($field:ident) => {{
+        const PROTO: &str = proto_name(stringify!($field));
+        const BYTES: [u8; json_name_len(PROTO)] = json_name_bytes(PROTO);
+        const JSON: &str = match ::core::str::from_utf8(&BYTES) {
+            Ok(name) => name,
+            Err(_) => panic!("a proto field name is ASCII"),
+        };
+        (JSON, PROTO)
+    }};
 }
 
-fn summary(v: &Value, path: &P<'_>) -> R<Summary> {
-    let o = obj(v, path)?;
-    Ok(Summary {
-        data_points: o.list("dataPoints", "data_points", summary_point)?,
-    })
+// ---------------------------------------------------------------------------------------
+// Messages.
+
+/// Reads one field of an object `o` by its kind: `[read]` a repeated field (absent is
+/// empty), `Option<read>` a message field that may be absent, `read` a scalar (absent is
+/// the default).
+macro_rules! field {
+    ($o:ident, $field:ident, [$read:ident]) => {
+        $o.list(names!($field), $read)?
+    };
+    ($o:ident, $field:ident, Option<$read:ident>) => {
+        $o.opt(names!($field), $read)?
+    };
+    ($o:ident, $field:ident, $read:ident) => {
+        $o.with(names!($field), $read)?
+    };
 }
 
-fn number_point(v: &Value, path: &P<'_>) -> R<NumberDataPoint> {
-    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as N;
-    let o = obj(v, path)?;
-    let mut one = OneOf::new(&o, "both asDouble and asInt are set");
-    one.member(("asDouble", "as_double"), double, N::AsDouble)?;
-    one.member(("asInt", "as_int"), i64_, N::AsInt)?;
-    Ok(NumberDataPoint {
-        attributes: o.list("attributes", "attributes", key_value)?,
-        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
-        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
-        exemplars: o.list("exemplars", "exemplars", exemplar)?,
-        flags: o.with("flags", "flags", u32_)?,
-        value: one.value,
-    })
-}
-
-fn histogram_point(v: &Value, path: &P<'_>) -> R<HistogramDataPoint> {
-    let o = obj(v, path)?;
-    Ok(HistogramDataPoint {
-        attributes: o.list("attributes", "attributes", key_value)?,
-        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
-        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
-        count: o.with("count", "count", u64_)?,
-        sum: o.opt("sum", "sum", double)?,
-        bucket_counts: o.list("bucketCounts", "bucket_counts", u64_)?,
-        explicit_bounds: o.list("explicitBounds", "explicit_bounds", double)?,
-        exemplars: o.list("exemplars", "exemplars", exemplar)?,
-        flags: o.with("flags", "flags", u32_)?,
-        min: o.opt("min", "min", double)?,
-        max: o.opt("max", "max", double)?,
-    })
-}
-
-fn exponential_point(v: &Value, path: &P<'_>) -> R<ExponentialHistogramDataPoint> {
-    let o = obj(v, path)?;
-    Ok(ExponentialHistogramDataPoint {
-        attributes: o.list("attributes", "attributes", key_value)?,
-        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
-        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
-        count: o.with("count", "count", u64_)?,
-        sum: o.opt("sum", "sum", double)?,
-        scale: o.with("scale", "scale", i32_)?,
-        zero_count: o.with("zeroCount", "zero_count", u64_)?,
-        positive: o.opt("positive", "positive", exponential_buckets)?,
-        negative: o.opt("negative", "negative", exponential_buckets)?,
-        flags: o.with("flags", "flags", u32_)?,
-        exemplars: o.list("exemplars", "exemplars", exemplar)?,
-        min: o.opt("min", "min", double)?,
-        max: o.opt("max", "max", double)?,
-        zero_threshold: o.with("zeroThreshold", "zero_threshold", double)?,
-    })
-}
-
-fn exponential_buckets(v: &Value, path: &P<'_>) -> R<ExponentialBuckets> {
-    let o = obj(v, path)?;
-    Ok(ExponentialBuckets {
-        offset: o.with("offset", "offset", i32_)?,
-        bucket_counts: o.list("bucketCounts", "bucket_counts", u64_)?,
-    })
-}
-
-fn summary_point(v: &Value, path: &P<'_>) -> R<SummaryDataPoint> {
-    let o = obj(v, path)?;
-    Ok(SummaryDataPoint {
-        attributes: o.list("attributes", "attributes", key_value)?,
-        start_time_unix_nano: o.with("startTimeUnixNano", "start_time_unix_nano", u64_)?,
-        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
-        count: o.with("count", "count", u64_)?,
-        sum: o.with("sum", "sum", double)?,
-        quantile_values: o.list("quantileValues", "quantile_values", |v, p| {
-            let q = obj(v, p)?;
-            Ok(ValueAtQuantile {
-                quantile: q.with("quantile", "quantile", double)?,
-                value: q.with("value", "value", double)?,
+/// Declares `fn name(v, path) -> R<Message>` for each message: the value must be an object,
+/// each field is read under its JSON or proto name by its kind (see `field!`), in the order
+/// listed, which decides which error a request with several gets. A `oneof` is read before
+/// the fields; each member `name: read => Variant` is read if present, and a second one
+/// present is the error `conflict`.
+macro_rules! messages {
+    ($(
+        fn $name:ident -> $message:ident
+        $(, oneof $oneof:ident($conflict:literal) {
+            $($member:ident: $member_read:ident => $variant:path),* $(,)?
+        })?
+        { $($field:ident: $kind:tt $(<$inner:ident>)?),* $(,)? }
+    )*) => {$(
+        fn $name(v: &Value, path: &P<'_>) -> R<$message> {
+            let o = obj(v, path)?;
+            $(
+                let mut one = OneOf::new(&o, $conflict);
+                $(one.member(names!($member), $member_read, $variant)?;)*
+            )?
+            Ok($message {
+                $($field: field!(o, $field, $kind $(<$inner>)?),)*
+                $($oneof: one.value,)?
             })
-        })?,
-        flags: o.with("flags", "flags", u32_)?,
-    })
+        }
+    )*};
 }
 
-fn exemplar(v: &Value, path: &P<'_>) -> R<Exemplar> {
-    use opentelemetry_proto::tonic::metrics::v1::exemplar::Value as N;
-    let o = obj(v, path)?;
-    let mut one = OneOf::new(&o, "both asDouble and asInt are set");
-    one.member(("asDouble", "as_double"), double, N::AsDouble)?;
-    one.member(("asInt", "as_int"), i64_, N::AsInt)?;
-    Ok(Exemplar {
-        filtered_attributes: o.list("filteredAttributes", "filtered_attributes", key_value)?,
-        time_unix_nano: o.with("timeUnixNano", "time_unix_nano", u64_)?,
-        span_id: o.with("spanId", "span_id", |v, p| hex_id(v, p, 8))?,
-        trace_id: o.with("traceId", "trace_id", |v, p| hex_id(v, p, 16))?,
-        value: one.value,
-    })
+messages! {
+    fn request -> ExportTraceServiceRequest {
+        resource_spans: [resource_spans],
+    }
+
+    fn resource_spans -> ResourceSpans {
+        resource: Option<resource>,
+        scope_spans: [scope_spans],
+        schema_url: string,
+    }
+
+    fn resource -> Resource {
+        attributes: [key_value],
+        dropped_attributes_count: u32_,
+        entity_refs: [entity_ref],
+    }
+
+    fn entity_ref -> EntityRef {
+        schema_url: string,
+        r#type: string,
+        id_keys: [string],
+        description_keys: [string],
+    }
+
+    fn scope_spans -> ScopeSpans {
+        scope: Option<scope>,
+        spans: [span],
+        schema_url: string,
+    }
+
+    fn scope -> InstrumentationScope {
+        name: string,
+        version: string,
+        attributes: [key_value],
+        dropped_attributes_count: u32_,
+    }
+
+    fn span -> Span {
+        trace_id: trace_id,
+        span_id: span_id,
+        trace_state: string,
+        parent_span_id: span_id,
+        flags: u32_,
+        name: string,
+        kind: span_kind,
+        start_time_unix_nano: u64_,
+        end_time_unix_nano: u64_,
+        attributes: [key_value],
+        dropped_attributes_count: u32_,
+        events: [event],
+        dropped_events_count: u32_,
+        links: [link],
+        dropped_links_count: u32_,
+        status: Option<status>,
+    }
+
+    fn event -> Event {
+        time_unix_nano: u64_,
+        name: string,
+        attributes: [key_value],
+        dropped_attributes_count: u32_,
+    }
+
+    fn link -> Link {
+        trace_id: trace_id,
+        span_id: span_id,
+        trace_state: string,
+        attributes: [key_value],
+        dropped_attributes_count: u32_,
+        flags: u32_,
+    }
+
+    fn status -> Status {
+        message: string,
+        code: status_code,
+    }
+
+    fn key_value -> KeyValue {
+        key: string,
+        value: Option<any_value>,
+        key_strindex: i32_,
+    }
+
+    fn any_value -> AnyValue, oneof value("more than one value set in an AnyValue") {
+        string_value: string => any_value::Value::StringValue,
+        bool_value: boolean => any_value::Value::BoolValue,
+        int_value: i64_ => any_value::Value::IntValue,
+        double_value: double => any_value::Value::DoubleValue,
+        array_value: array_value => any_value::Value::ArrayValue,
+        kvlist_value: kvlist_value => any_value::Value::KvlistValue,
+        bytes_value: base64 => any_value::Value::BytesValue,
+        string_value_strindex: i32_ => any_value::Value::StringValueStrindex,
+    } {}
+
+    fn array_value -> ArrayValue {
+        values: [any_value],
+    }
+
+    fn kvlist_value -> KeyValueList {
+        values: [key_value],
+    }
+}
+
+// Metrics.
+
+messages! {
+    fn metrics_request -> ExportMetricsServiceRequest {
+        resource_metrics: [resource_metrics],
+    }
+
+    fn resource_metrics -> ResourceMetrics {
+        resource: Option<resource>,
+        scope_metrics: [scope_metrics],
+        schema_url: string,
+    }
+
+    fn scope_metrics -> ScopeMetrics {
+        scope: Option<scope>,
+        metrics: [metric],
+        schema_url: string,
+    }
+
+    fn metric -> Metric, oneof data("more than one data field set in a Metric") {
+        gauge: gauge => metric::Data::Gauge,
+        sum: sum => metric::Data::Sum,
+        histogram: histogram => metric::Data::Histogram,
+        exponential_histogram: exponential_histogram => metric::Data::ExponentialHistogram,
+        summary: summary => metric::Data::Summary,
+    } {
+        name: string,
+        description: string,
+        unit: string,
+        metadata: [key_value],
+    }
+
+    fn gauge -> Gauge {
+        data_points: [number_point],
+    }
+
+    fn sum -> Sum {
+        data_points: [number_point],
+        aggregation_temporality: temporality,
+        is_monotonic: boolean,
+    }
+
+    fn histogram -> Histogram {
+        data_points: [histogram_point],
+        aggregation_temporality: temporality,
+    }
+
+    fn exponential_histogram -> ExponentialHistogram {
+        data_points: [exponential_point],
+        aggregation_temporality: temporality,
+    }
+
+    fn summary -> Summary {
+        data_points: [summary_point],
+    }
+
+    fn number_point -> NumberDataPoint, oneof value("both asDouble and asInt are set") {
+        as_double: double => number_data_point::Value::AsDouble,
+        as_int: i64_ => number_data_point::Value::AsInt,
+    } {
+        attributes: [key_value],
+        start_time_unix_nano: u64_,
+        time_unix_nano: u64_,
+        exemplars: [exemplar],
+        flags: u32_,
+    }
+
+    fn histogram_point -> HistogramDataPoint {
+        attributes: [key_value],
+        start_time_unix_nano: u64_,
+        time_unix_nano: u64_,
+        count: u64_,
+        sum: Option<double>,
+        bucket_counts: [u64_],
+        explicit_bounds: [double],
+        exemplars: [exemplar],
+        flags: u32_,
+        min: Option<double>,
+        max: Option<double>,
+    }
+
+    fn exponential_point -> ExponentialHistogramDataPoint {
+        attributes: [key_value],
+        start_time_unix_nano: u64_,
+        time_unix_nano: u64_,
+        count: u64_,
+        sum: Option<double>,
+        scale: i32_,
+        zero_count: u64_,
+        positive: Option<exponential_buckets>,
+        negative: Option<exponential_buckets>,
+        flags: u32_,
+        exemplars: [exemplar],
+        min: Option<double>,
+        max: Option<double>,
+        zero_threshold: double,
+    }
+
+    fn exponential_buckets -> ExponentialBuckets {
+        offset: i32_,
+        bucket_counts: [u64_],
+    }
+
+    fn summary_point -> SummaryDataPoint {
+        attributes: [key_value],
+        start_time_unix_nano: u64_,
+        time_unix_nano: u64_,
+        count: u64_,
+        sum: double,
+        quantile_values: [value_at_quantile],
+        flags: u32_,
+    }
+
+    fn value_at_quantile -> ValueAtQuantile {
+        quantile: double,
+        value: double,
+    }
+
+    fn exemplar -> Exemplar, oneof value("both asDouble and asInt are set") {
+        as_double: double => exemplar::Value::AsDouble,
+        as_int: i64_ => exemplar::Value::AsInt,
+    } {
+        filtered_attributes: [key_value],
+        time_unix_nano: u64_,
+        span_id: span_id,
+        trace_id: trace_id,
+    }
 }
 
 /// A small base64 decoder accepting both alphabets (RFC 4648 §4 and §5), with or without
@@ -845,5 +813,24 @@ mod base64_lite {
             assert_eq!(decode_base64(b"Z"), None);
             assert_eq!(decode_base64(b"Zg="), None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{json_name_bytes, json_name_len, proto_name};
+
+    /// Scenario: prost field identifiers of one word, of several, and a raw identifier.
+    /// Guarantees: `names!` gives the lowerCamelCase JSON name and the proto name, so a
+    /// field is found under the spelling senders use.
+    #[test]
+    fn names_follow_the_proto3_json_mapping() {
+        assert_eq!(names!(name), ("name", "name"));
+        assert_eq!(names!(trace_id), ("traceId", "trace_id"));
+        assert_eq!(
+            names!(start_time_unix_nano),
+            ("startTimeUnixNano", "start_time_unix_nano")
+        );
+        assert_eq!(names!(r#type), ("type", "type"));
     }
 }

@@ -49,6 +49,21 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
+/// Test fixture: an encoded trace request holding `spans` under one empty resource and
+/// one empty scope, framed by [`TraceRequestWriter`] as the gateway frames its batches.
+#[cfg(test)]
+pub(crate) fn one_scope_request(
+    spans: Vec<opentelemetry_proto::tonic::trace::v1::Span>,
+) -> Vec<u8> {
+    use prost::Message;
+    let empty = bytes::Bytes::new();
+    let mut writer = TraceRequestWriter::new();
+    for span in spans {
+        writer.push(&empty, &empty, &empty, &empty, &span.encode_to_vec().into());
+    }
+    writer.finish().request.to_vec()
+}
+
 pub use frame::{FramedRequest, TraceRequestWriter, split_batch};
 pub use json::{
     JsonError, export_trace_response_json, metrics_json_to_protobuf, status_json,

@@ -220,41 +220,24 @@ fn triples(req: &ExportTraceServiceRequest) -> Vec<Triple> {
 /// The request the writer must produce for these triples: consecutive spans sharing a
 /// resource and then a scope grouped, empty resource and scope absent.
 fn regroup(triples: &[Triple]) -> ExportTraceServiceRequest {
-    let mut req = ExportTraceServiceRequest::default();
-    for (resource, rs_url, scope, ss_url, span) in triples {
-        let resource = Some(resource.clone()).filter(|r| *r != Resource::default());
-        let scope = Some(scope.clone()).filter(|s| *s != InstrumentationScope::default());
-        let same_rs = req
-            .resource_spans
-            .last()
-            .is_some_and(|rs| rs.resource == resource && rs.schema_url == *rs_url);
-        if !same_rs {
-            req.resource_spans.push(ResourceSpans {
-                resource,
-                scope_spans: Vec::new(),
-                schema_url: rs_url.clone(),
-            });
-        }
-        let Some(rs) = req.resource_spans.last_mut() else {
-            unreachable!()
-        };
-        let same_ss = rs
-            .scope_spans
-            .last()
-            .is_some_and(|ss| ss.scope == scope && ss.schema_url == *ss_url);
-        if !same_ss {
-            rs.scope_spans.push(ScopeSpans {
-                scope,
-                spans: Vec::new(),
-                schema_url: ss_url.clone(),
-            });
-        }
-        let Some(ss) = rs.scope_spans.last_mut() else {
-            unreachable!()
-        };
-        ss.spans.push(span.clone());
+    ExportTraceServiceRequest {
+        resource_spans: triples
+            .chunk_by(|a, b| (&a.0, &a.1) == (&b.0, &b.1))
+            .map(|rs| ResourceSpans {
+                resource: Some(rs[0].0.clone()).filter(|r| *r != Resource::default()),
+                schema_url: rs[0].1.clone(),
+                scope_spans: rs
+                    .chunk_by(|a, b| (&a.2, &a.3) == (&b.2, &b.3))
+                    .map(|ss| ScopeSpans {
+                        scope: Some(ss[0].2.clone())
+                            .filter(|s| *s != InstrumentationScope::default()),
+                        schema_url: ss[0].3.clone(),
+                        spans: ss.iter().map(|t| t.4.clone()).collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
     }
-    req
 }
 
 fn ids_valid(req: &ExportTraceServiceRequest) -> bool {
@@ -1195,33 +1178,31 @@ fn json_invalid_bodies() {
 /// Guarantees: errors name the id field; empty means absent.
 #[test]
 fn json_bad_ids() {
-    let e = transcode(&one_span_json(
-        json!({ "traceId": "zz02030405060708090a0b0c0d0e0f10" }),
-    ))
-    .expect_err("bad hex");
-    assert_eq!(
-        e.to_string(),
-        "resourceSpans[0].scopeSpans[0].spans[0].traceId: invalid hex"
-    );
-    let e = transcode(&one_span_json(json!({ "spanId": "010" }))).expect_err("odd");
-    assert_eq!(
-        e.to_string(),
-        "resourceSpans[0].scopeSpans[0].spans[0].spanId: invalid hex"
-    );
-    let e = transcode(&one_span_json(
-        json!({ "traceId": "0102030405060708090a0b0c0d0e0f" }),
-    ))
-    .expect_err("15 bytes");
-    assert_eq!(
-        e.to_string(),
-        "resourceSpans[0].scopeSpans[0].spans[0].traceId: invalid length 15, want 16"
-    );
-    let e =
-        transcode(&one_span_json(json!({ "links": [{ "spanId": "01" }] }))).expect_err("link id");
-    assert_eq!(
-        e.to_string(),
-        "resourceSpans[0].scopeSpans[0].spans[0].links[0].spanId: invalid length 1, want 8"
-    );
+    for (case, span, error) in [
+        (
+            "bad hex",
+            json!({ "traceId": "zz02030405060708090a0b0c0d0e0f10" }),
+            "traceId: invalid hex",
+        ),
+        ("odd", json!({ "spanId": "010" }), "spanId: invalid hex"),
+        (
+            "15 bytes",
+            json!({ "traceId": "0102030405060708090a0b0c0d0e0f" }),
+            "traceId: invalid length 15, want 16",
+        ),
+        (
+            "link id",
+            json!({ "links": [{ "spanId": "01" }] }),
+            "links[0].spanId: invalid length 1, want 8",
+        ),
+    ] {
+        let e = transcode(&one_span_json(span)).expect_err(case);
+        assert_eq!(
+            e.to_string(),
+            format!("resourceSpans[0].scopeSpans[0].spans[0].{error}"),
+            "{case}"
+        );
+    }
     let req = transcode(&one_span_json(
         json!({ "traceId": "", "parentSpanId": null }),
     ))

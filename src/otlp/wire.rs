@@ -228,15 +228,15 @@ pub fn parse_traces_request(buf: &Bytes) -> Result<Vec<ResourceSpansView>, WireE
     Ok(out
         .into_iter()
         .map(|rs| ResourceSpansView {
-            resource: join(buf, &rs.resource),
+            resource: join(buf, &rs.head),
             schema_url: buf.slice(rs.schema_url),
             scope_spans: rs
-                .scope_spans
+                .children
                 .into_iter()
                 .map(|ss| ScopeSpansView {
-                    scope: join(buf, &ss.scope),
+                    scope: join(buf, &ss.head),
                     schema_url: buf.slice(ss.schema_url),
-                    spans: ss.spans.into_iter().map(|s| s.view(buf)).collect(),
+                    spans: ss.children.into_iter().map(|s| s.view(buf)).collect(),
                 })
                 .collect(),
         })
@@ -255,17 +255,18 @@ pub fn count_spans(buf: &[u8]) -> Result<usize, WireError> {
 
 type Range = std::ops::Range<usize>;
 
-struct RawResourceSpans {
-    resource: Vec<Range>,
+/// A `ResourceSpans` or a `ScopeSpans` as walked. On the wire both are a header message
+/// (field 1: the resource or the scope; every occurrence is kept, as protobuf merges them),
+/// repeated children (field 2: scope spans or spans) and a schema URL (field 3).
+struct RawGroup<C> {
+    head: Vec<Range>,
     schema_url: Range,
-    scope_spans: Vec<RawScopeSpans>,
+    children: Vec<C>,
 }
 
-struct RawScopeSpans {
-    scope: Vec<Range>,
-    schema_url: Range,
-    spans: Vec<RawSpan>,
-}
+type RawResourceSpans = RawGroup<RawScopeSpans>;
+
+type RawScopeSpans = RawGroup<RawSpan>;
 
 #[derive(Default)]
 struct RawSpan {
@@ -620,7 +621,14 @@ fn walk_request(
                 index += 1;
                 let body = message_field(&mut r, key, ctx, &path)?;
                 let collect = out.is_some();
-                let rs = walk_resource_spans(&mut r.sub(&body), ctx - 1, &path, collect)?;
+                let rs = walk_group(
+                    &mut r.sub(&body),
+                    ctx - 1,
+                    &path,
+                    collect,
+                    RESOURCE_SPANS,
+                    |r, ctx, path, _| walk_scope_spans(r, ctx, path, collect),
+                )?;
                 spans += rs.1;
                 if let (Some(out), Some(rs)) = (out.as_deref_mut(), rs.0) {
                     out.push(rs);
@@ -632,47 +640,62 @@ fn walk_request(
     Ok(spans)
 }
 
-fn walk_resource_spans(
+/// A level of [`RawGroup`]: the header's field name and message, and the children's field
+/// name.
+type Level = (&'static str, Msg, &'static str);
+
+const RESOURCE_SPANS: Level = ("resource", Msg::Resource, "scope_spans");
+
+const SCOPE_SPANS: Level = ("scope", Msg::Scope, "spans");
+
+/// Walks a `ResourceSpans` or a `ScopeSpans` (see [`RawGroup`]): the header is checked as
+/// a `head_msg` at field `head`, each child at `children[i]` is walked by `walk_child`
+/// (which gets the child's body and returns the child, if collected, and the spans it
+/// holds). Returns the group when `collect`, and the spans it holds.
+fn walk_group<C>(
     r: &mut Reader<'_>,
     ctx: u32,
     path: &Path<'_>,
     collect: bool,
-) -> Result<(Option<RawResourceSpans>, usize), WireError> {
-    let mut resource = Vec::new();
-    let mut schema_url = 0..0;
-    let mut scope_spans = Vec::new();
+    (head, head_msg, children): Level,
+    mut walk_child: impl FnMut(
+        &mut Reader<'_>,
+        u32,
+        &Path<'_>,
+        Range,
+    ) -> Result<(Option<C>, usize), WireError>,
+) -> Result<(Option<RawGroup<C>>, usize), WireError> {
+    let mut group = RawGroup {
+        head: Vec::new(),
+        schema_url: 0..0,
+        children: Vec::new(),
+    };
     let mut spans = 0;
     let mut index = 0;
     while r.has_more() {
         let key = r.key(path)?;
         match key.tag {
             1 => {
-                let seg = Seg::Field("resource");
-                let body = checked_message(r, key, ctx, path, seg, Msg::Resource)?;
+                let body = checked_message(r, key, ctx, path, Seg::Field(head), head_msg)?;
                 if collect {
-                    resource.push(body);
+                    group.head.push(body);
                 }
             }
             2 => {
-                let path = path.child(Seg::Index("scope_spans", index));
+                let path = path.child(Seg::Index(children, index));
                 index += 1;
                 let body = message_field(r, key, ctx, &path)?;
-                let ss = walk_scope_spans(&mut r.sub(&body), ctx - 1, &path, collect)?;
-                spans += ss.1;
-                if let Some(ss) = ss.0 {
-                    scope_spans.push(ss);
+                let (child, held) = walk_child(&mut r.sub(&body), ctx - 1, &path, body)?;
+                spans += held;
+                if let Some(child) = child {
+                    group.children.push(child);
                 }
             }
-            3 => schema_url = string(r, key, &path.child(Seg::Field("schema_url")))?,
+            3 => group.schema_url = string(r, key, &path.child(Seg::Field("schema_url")))?,
             _ => skip(r, key, ctx, path)?,
         }
     }
-    let rs = collect.then_some(RawResourceSpans {
-        resource,
-        schema_url,
-        scope_spans,
-    });
-    Ok((rs, spans))
+    Ok((collect.then_some(group), spans))
 }
 
 fn walk_scope_spans(
@@ -681,38 +704,10 @@ fn walk_scope_spans(
     path: &Path<'_>,
     collect: bool,
 ) -> Result<(Option<RawScopeSpans>, usize), WireError> {
-    let mut scope = Vec::new();
-    let mut schema_url = 0..0;
-    let mut spans = Vec::new();
-    let mut count = 0;
-    while r.has_more() {
-        let key = r.key(path)?;
-        match key.tag {
-            1 => {
-                let body = checked_message(r, key, ctx, path, Seg::Field("scope"), Msg::Scope)?;
-                if collect {
-                    scope.push(body);
-                }
-            }
-            2 => {
-                let path = path.child(Seg::Index("spans", count));
-                count += 1;
-                let body = message_field(r, key, ctx, &path)?;
-                let span = walk_span(&mut r.sub(&body), ctx - 1, &path)?;
-                if collect {
-                    spans.push(RawSpan { body, ..span });
-                }
-            }
-            3 => schema_url = string(r, key, &path.child(Seg::Field("schema_url")))?,
-            _ => skip(r, key, ctx, path)?,
-        }
-    }
-    let ss = collect.then_some(RawScopeSpans {
-        scope,
-        schema_url,
-        spans,
-    });
-    Ok((ss, count))
+    walk_group(r, ctx, path, collect, SCOPE_SPANS, |r, ctx, path, body| {
+        let span = walk_span(r, ctx, path)?;
+        Ok((collect.then_some(RawSpan { body, ..span }), 1))
+    })
 }
 
 fn walk_span(r: &mut Reader<'_>, ctx: u32, path: &Path<'_>) -> Result<RawSpan, WireError> {

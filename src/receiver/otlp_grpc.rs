@@ -434,10 +434,8 @@ mod tests {
     use std::time::Duration;
 
     use http_body_util::{BodyExt, Full, StreamBody};
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use opentelemetry_proto::tonic::trace::v1::Span;
     use prometheus::Registry;
-    use prost::Message;
     use tower::Service;
 
     use super::*;
@@ -502,7 +500,12 @@ mod tests {
         framed
     }
 
-    fn grpc_status(response: &http::Response<tonic::body::Body>) -> Option<tonic::Code> {
+    /// The grpc-status `service` answers the gRPC body `framed` with; `None` for OK.
+    async fn status_of(
+        service: &mut RawExportService<TracesIntake>,
+        framed: Vec<u8>,
+    ) -> Option<tonic::Code> {
+        let response = service.call(export(framed)).await.expect("infallible");
         response
             .headers()
             .get("grpc-status")
@@ -565,42 +568,32 @@ mod tests {
         let limiter = limiter(1000);
         let (mut service, registry) = service(&limiter, 8);
         limiter.budget().charge(500);
-        let response = service
-            .call(export(frame(800, &[])))
-            .await
-            .expect("infallible");
-        assert_eq!(grpc_status(&response), Some(tonic::Code::Unavailable));
+        assert_eq!(
+            status_of(&mut service, frame(800, &[])).await,
+            Some(tonic::Code::Unavailable)
+        );
         assert_eq!(refused(&registry, "overloaded"), 1);
         limiter.budget().release(500);
-        let response = service
-            .call(export(frame(2000, &[])))
-            .await
-            .expect("infallible");
-        assert_eq!(grpc_status(&response), Some(tonic::Code::ResourceExhausted));
+        assert_eq!(
+            status_of(&mut service, frame(2000, &[])).await,
+            Some(tonic::Code::ResourceExhausted)
+        );
         assert_eq!(refused(&registry, "too_large"), 1);
 
-        let request = ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans: (0..3u8)
-                        .map(|i| Span {
-                            trace_id: vec![1; 16],
-                            span_id: vec![i + 1; 8],
-                            ..Default::default()
-                        })
-                        .collect(),
+        let request = crate::otlp::one_scope_request(
+            (0..3u8)
+                .map(|i| Span {
+                    trace_id: vec![1; 16],
+                    span_id: vec![i + 1; 8],
                     ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec();
+                })
+                .collect(),
+        );
         let len = request.len();
-        let response = service
-            .call(export(frame(len as u32, &request)))
-            .await
-            .expect("infallible");
-        assert_eq!(grpc_status(&response), Some(tonic::Code::Unimplemented));
+        assert_eq!(
+            status_of(&mut service, frame(len as u32, &request)).await,
+            Some(tonic::Code::Unimplemented)
+        );
         assert!(limiter.budget().peak() >= len);
         assert_eq!(limiter.budget().used(), 0);
     }
@@ -613,19 +606,14 @@ mod tests {
         let limiter = limiter(1 << 20);
         let (mut service, registry) = service(&limiter, 1);
         let held = service.in_flight.try_acquire().expect("a free slot");
-        let response = service
-            .call(export(frame(0, &[])))
-            .await
-            .expect("infallible");
-        assert_eq!(grpc_status(&response), Some(tonic::Code::Unavailable));
+        assert_eq!(
+            status_of(&mut service, frame(0, &[])).await,
+            Some(tonic::Code::Unavailable)
+        );
         assert_eq!(refused(&registry, "too_many_requests"), 1);
         drop(held);
-        let response = service
-            .call(export(frame(0, &[])))
-            .await
-            .expect("infallible");
         // An empty request succeeds without entering a pipeline.
-        assert_eq!(grpc_status(&response), None);
+        assert_eq!(status_of(&mut service, frame(0, &[])).await, None);
         assert_eq!(refused(&registry, "too_many_requests"), 1);
     }
 }

@@ -429,6 +429,14 @@ impl Compiler {
         self.predicates.len() - 1
     }
 
+    /// A node matching when `predicate` holds (or, `invert`ed, when it does not).
+    fn matching(&mut self, predicate: Predicate, invert: bool) -> Node {
+        Node::Match {
+            bit: self.predicate(predicate),
+            invert,
+        }
+    }
+
     fn node(&mut self, policy: &PolicyConfig) -> Result<Node, PolicyError> {
         Ok(match &policy.kind {
             PolicyKind::AlwaysSample => Node::Always,
@@ -444,14 +452,14 @@ impl Compiler {
                 min_value,
                 max_value,
                 invert_match,
-            } => Node::Match {
-                bit: self.predicate(Predicate::Numeric {
+            } => self.matching(
+                Predicate::Numeric {
                     key: key.clone(),
                     min: min_value.unwrap_or(i64::MIN),
                     max: max_value.unwrap_or(i64::MAX),
-                }),
-                invert: *invert_match,
-            },
+                },
+                *invert_match,
+            ),
             PolicyKind::Probabilistic {
                 sampling_percentage,
                 hash_salt,
@@ -465,8 +473,8 @@ impl Compiler {
                     None => Probabilistic::Never,
                 },
             }),
-            PolicyKind::StatusCode { status_codes } => Node::Match {
-                bit: self.predicate(Predicate::Status {
+            PolicyKind::StatusCode { status_codes } => self.matching(
+                Predicate::Status {
                     mask: status_codes.iter().fold(0, |mask, code| {
                         mask | match code {
                             StatusCodeName::Unset => 1,
@@ -474,9 +482,9 @@ impl Compiler {
                             StatusCodeName::Error => 4,
                         }
                     }),
-                }),
-                invert: false,
-            },
+                },
+                false,
+            ),
             PolicyKind::StringAttribute {
                 key,
                 values,
@@ -491,27 +499,27 @@ impl Compiler {
                         values.iter().filter(|v| !v.is_empty()).cloned().collect(),
                     ),
                 };
-                Node::Match {
-                    bit: self.predicate(Predicate::Str {
+                self.matching(
+                    Predicate::Str {
                         key: key.clone(),
                         matcher,
-                    }),
-                    invert: *invert_match,
-                }
+                    },
+                    *invert_match,
+                )
             }
             PolicyKind::BooleanAttribute {
                 key,
                 value,
                 invert_match,
-            } => Node::Match {
-                bit: self.predicate(Predicate::Bool {
+            } => self.matching(
+                Predicate::Bool {
                     key: key.clone(),
                     value: *value,
-                }),
-                invert: *invert_match,
-            },
-            PolicyKind::TraceState { key, values } => Node::Match {
-                bit: self.predicate(Predicate::TraceState {
+                },
+                *invert_match,
+            ),
+            PolicyKind::TraceState { key, values } => self.matching(
+                Predicate::TraceState {
                     key: key.clone(),
                     // As in the Collector: empty values, and values too long to be in a
                     // tracestate entry with this key, can never match.
@@ -520,9 +528,9 @@ impl Compiler {
                         .filter(|v| !v.is_empty() && key.len() + v.len() < 256)
                         .cloned()
                         .collect(),
-                }),
-                invert: false,
-            },
+                },
+                false,
+            ),
             PolicyKind::TraceFlags => Node::TraceFlags,
             PolicyKind::RateLimiting {
                 spans_per_second,

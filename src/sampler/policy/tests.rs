@@ -150,6 +150,39 @@ fn table(set: &PolicySet, cases: &[(&str, Trace, bool)]) {
     }
 }
 
+/// Trace 1 with one span, edited by `edit`, under an empty resource.
+fn one_span(edit: impl FnOnce(&mut Span)) -> Trace {
+    Trace::new(1).span(vec![], edit)
+}
+
+/// Trace 1 with two spans, edited by `first` and `second`, under empty resources.
+fn two_spans(first: impl FnOnce(&mut Span), second: impl FnOnce(&mut Span)) -> Trace {
+    Trace::new(1).span(vec![], first).span(vec![], second)
+}
+
+/// Trace 1 with one plain span under a resource with `attributes`.
+fn under_resource(attributes: Vec<KeyValue>) -> Trace {
+    Trace::new(1).span(attributes, |_| {})
+}
+
+/// A span edit adding the attribute `key: value`.
+fn with_attr(key: &'static str, value: Value) -> impl FnOnce(&mut Span) {
+    move |span| span.attributes.push(kv(key, value))
+}
+
+/// Asks `set` to decide each step's trace at its instant, in order, as stateful policies
+/// must see them; the note names the step in a failure.
+fn in_order(set: &PolicySet, steps: &[(&Trace, Instant, Decision, &str)]) {
+    for (trace, at, want, note) in steps {
+        assert_eq!(trace.decide_at(set, *at), *want, "{note}");
+    }
+}
+
+/// Runs `cases` against the policy set of `list` (as [`policies`]).
+fn policy_table(list: &str, cases: &[(&str, Trace, bool)]) {
+    table(&policies(list), cases);
+}
+
 fn with_ms(ms: u64) -> impl FnOnce(&mut Span) {
     move |span| span.end_time_unix_nano = span.start_time_unix_nano + ms * 1_000_000
 }
@@ -172,30 +205,25 @@ fn always_sample() {
 #[test]
 fn latency() {
     let set = policies("      - {name: slow, type: latency, latency: {threshold_ms: 500}}");
-    let two_spans = Trace::new(1)
-        .span(vec![], with_ms(300))
-        .span(vec![], |span| {
-            span.start_time_unix_nano += 200_000_000;
-            span.end_time_unix_nano = span.start_time_unix_nano + 300_000_000;
-        });
+    let spread = two_spans(with_ms(300), |span| {
+        span.start_time_unix_nano += 200_000_000;
+        span.end_time_unix_nano = span.start_time_unix_nano + 300_000_000;
+    });
     table(
         &set,
         &[
-            ("499ms", Trace::new(1).span(vec![], with_ms(499)), false),
-            ("500ms", Trace::new(1).span(vec![], with_ms(500)), true),
-            ("two spans covering 500ms", two_spans, true),
+            ("499ms", one_span(with_ms(499)), false),
+            ("500ms", one_span(with_ms(500)), true),
+            ("two spans covering 500ms", spread, true),
         ],
     );
-    let band = policies(
+    policy_table(
         "      - {name: band, type: latency, latency: {threshold_ms: 100, upper_threshold_ms: 200}}",
-    );
-    table(
-        &band,
         &[
-            ("100ms", Trace::new(1).span(vec![], with_ms(100)), false),
-            ("150ms", Trace::new(1).span(vec![], with_ms(150)), true),
-            ("200ms", Trace::new(1).span(vec![], with_ms(200)), true),
-            ("201ms", Trace::new(1).span(vec![], with_ms(201)), false),
+            ("100ms", one_span(with_ms(100)), false),
+            ("150ms", one_span(with_ms(150)), true),
+            ("200ms", one_span(with_ms(200)), true),
+            ("201ms", one_span(with_ms(201)), false),
         ],
     );
 }
@@ -207,33 +235,23 @@ fn latency() {
 /// `invert_match` keeps exactly the traces where nothing matches.
 #[test]
 fn numeric_attribute() {
-    let set = policies(
+    let attr = |v: i64| with_attr("http.status", Value::IntValue(v));
+    policy_table(
         "      - {name: num, type: numeric_attribute, numeric_attribute: {key: http.status, min_value: 500, max_value: 599}}",
-    );
-    let attr =
-        |v: i64| move |span: &mut Span| span.attributes.push(kv("http.status", Value::IntValue(v)));
-    table(
-        &set,
         &[
-            ("span 503", Trace::new(1).span(vec![], attr(503)), true),
-            ("span 404", Trace::new(1).span(vec![], attr(404)), false),
-            ("span 599", Trace::new(1).span(vec![], attr(599)), true),
+            ("span 503", one_span(attr(503)), true),
+            ("span 404", one_span(attr(404)), false),
+            ("span 599", one_span(attr(599)), true),
             ("no attribute", Trace::new(1).plain(), false),
             (
                 "resource 500",
-                Trace::new(1).span(vec![kv("http.status", Value::IntValue(500))], |_| {}),
+                under_resource(vec![kv("http.status", Value::IntValue(500))]),
                 true,
             ),
-            (
-                "second of two spans",
-                Trace::new(1)
-                    .span(vec![], attr(200))
-                    .span(vec![], attr(502)),
-                true,
-            ),
+            ("second of two spans", two_spans(attr(200), attr(502)), true),
             (
                 "duplicate key: first wins",
-                Trace::new(1).span(vec![], |span| {
+                one_span(|span| {
                     span.attributes
                         .push(kv("http.status", Value::IntValue(200)));
                     span.attributes
@@ -243,57 +261,31 @@ fn numeric_attribute() {
             ),
             (
                 "string value",
-                Trace::new(1).span(vec![], |span| {
-                    span.attributes.push(kv("http.status", s("503")))
-                }),
+                one_span(with_attr("http.status", s("503"))),
                 false,
             ),
         ],
     );
-    let at_most = policies(
+    policy_table(
         "      - {name: num, type: numeric_attribute, numeric_attribute: {key: k, max_value: 10}}",
-    );
-    table(
-        &at_most,
         &[
             (
                 "-100",
-                Trace::new(1).span(vec![], |sp| {
-                    sp.attributes.push(kv("k", Value::IntValue(-100)))
-                }),
+                one_span(with_attr("k", Value::IntValue(-100))),
                 true,
             ),
-            (
-                "11",
-                Trace::new(1).span(vec![], |sp| {
-                    sp.attributes.push(kv("k", Value::IntValue(11)))
-                }),
-                false,
-            ),
+            ("11", one_span(with_attr("k", Value::IntValue(11))), false),
             // pdata's Int() of a string is 0, which is within (-inf, 10].
-            (
-                "string reads as 0",
-                Trace::new(1).span(vec![], |sp| sp.attributes.push(kv("k", s("x")))),
-                true,
-            ),
+            ("string reads as 0", one_span(with_attr("k", s("x"))), true),
         ],
     );
-    let inverted = policies(
+    policy_table(
         "      - {name: num, type: numeric_attribute, numeric_attribute: {key: http.status, min_value: 500, max_value: 599, invert_match: true}}",
-    );
-    table(
-        &inverted,
         &[
-            ("match", Trace::new(1).span(vec![], attr(503)), false),
-            ("no match", Trace::new(1).span(vec![], attr(200)), true),
+            ("match", one_span(attr(503)), false),
+            ("no match", one_span(attr(200)), true),
             ("missing", Trace::new(1).plain(), true),
-            (
-                "one of two matches",
-                Trace::new(1)
-                    .span(vec![], attr(200))
-                    .span(vec![], attr(500)),
-                false,
-            ),
+            ("one of two matches", two_spans(attr(200), attr(500)), false),
         ],
     );
 }
@@ -412,24 +404,16 @@ fn status_code() {
     table(
         &set,
         &[
-            ("error", Trace::new(1).span(vec![], status(2)), true),
-            ("ok", Trace::new(1).span(vec![], status(1)), false),
+            ("error", one_span(status(2)), true),
+            ("ok", one_span(status(1)), false),
             ("unset", Trace::new(1).plain(), false),
-            (
-                "ok then error",
-                Trace::new(1)
-                    .span(vec![], status(1))
-                    .span(vec![], status(2)),
-                true,
-            ),
+            ("ok then error", two_spans(status(1), status(2)), true),
         ],
     );
-    let ok_unset =
-        policies("      - {name: o, type: status_code, status_code: {status_codes: [OK, UNSET]}}");
-    table(
-        &ok_unset,
+    policy_table(
+        "      - {name: o, type: status_code, status_code: {status_codes: [OK, UNSET]}}",
         &[
-            ("error", Trace::new(1).span(vec![], status(2)), false),
+            ("error", one_span(status(2)), false),
             ("unset", Trace::new(1).plain(), true),
         ],
     );
@@ -442,77 +426,39 @@ fn status_code() {
 /// keeps exactly the traces where nothing matches.
 #[test]
 fn string_attribute() {
-    let set = policies(
+    let svc = |v: &'static str| with_attr("service.name", s(v));
+    let url = |v: &'static str| with_attr("url", s(v));
+    policy_table(
         "      - {name: s, type: string_attribute, string_attribute: {key: service.name, values: [checkout, \"\"]}}",
-    );
-    let svc =
-        |v: &'static str| move |span: &mut Span| span.attributes.push(kv("service.name", s(v)));
-    table(
-        &set,
         &[
-            (
-                "span checkout",
-                Trace::new(1).span(vec![], svc("checkout")),
-                true,
-            ),
-            (
-                "span checkout-2",
-                Trace::new(1).span(vec![], svc("checkout-2")),
-                false,
-            ),
-            (
-                "empty span value",
-                Trace::new(1).span(vec![], svc("")),
-                false,
-            ),
+            ("span checkout", one_span(svc("checkout")), true),
+            ("span checkout-2", one_span(svc("checkout-2")), false),
+            ("empty span value", one_span(svc("")), false),
             (
                 "resource checkout",
-                Trace::new(1).span(vec![kv("service.name", s("checkout"))], |_| {}),
+                under_resource(vec![kv("service.name", s("checkout"))]),
                 true,
             ),
         ],
     );
-    let regex = policies(
+    policy_table(
         "      - {name: s, type: string_attribute, string_attribute: {key: url, values: [\"/api/v[0-9]+\", \"^health$\"], enabled_regex_matching: true}}",
-    );
-    let url = |v: &'static str| move |span: &mut Span| span.attributes.push(kv("url", s(v)));
-    table(
-        &regex,
         &[
-            (
-                "substring",
-                Trace::new(1).span(vec![], url("https://x/api/v2/orders")),
-                true,
-            ),
-            (
-                "anchored exact",
-                Trace::new(1).span(vec![], url("health")),
-                true,
-            ),
-            (
-                "anchored, not exact",
-                Trace::new(1).span(vec![], url("healthz")),
-                false,
-            ),
-            (
-                "no match",
-                Trace::new(1).span(vec![], url("/static")),
-                false,
-            ),
+            ("substring", one_span(url("https://x/api/v2/orders")), true),
+            ("anchored exact", one_span(url("health")), true),
+            ("anchored, not exact", one_span(url("healthz")), false),
+            ("no match", one_span(url("/static")), false),
         ],
     );
-    let inverted = policies(
+    policy_table(
         "      - {name: s, type: string_attribute, string_attribute: {key: service.name, values: [noisy], invert_match: true}}",
-    );
-    table(
-        &inverted,
         &[
-            ("noisy", Trace::new(1).span(vec![], svc("noisy")), false),
-            ("other", Trace::new(1).span(vec![], svc("quiet")), true),
+            ("noisy", one_span(svc("noisy")), false),
+            ("other", one_span(svc("quiet")), true),
             ("missing", Trace::new(1).plain(), true),
             (
                 "noisy resource",
-                Trace::new(1).span(vec![kv("service.name", s("noisy"))], |_| {}),
+                under_resource(vec![kv("service.name", s("noisy"))]),
                 false,
             ),
         ],
@@ -524,32 +470,25 @@ fn string_attribute() {
 /// keeps when nothing matches.
 #[test]
 fn boolean_attribute() {
-    let set = policies(
+    let flag = |v: bool| with_attr("debug", Value::BoolValue(v));
+    policy_table(
         "      - {name: b, type: boolean_attribute, boolean_attribute: {key: debug, value: true}}",
-    );
-    let flag =
-        |v: bool| move |span: &mut Span| span.attributes.push(kv("debug", Value::BoolValue(v)));
-    table(
-        &set,
         &[
-            ("true", Trace::new(1).span(vec![], flag(true)), true),
-            ("false", Trace::new(1).span(vec![], flag(false)), false),
+            ("true", one_span(flag(true)), true),
+            ("false", one_span(flag(false)), false),
             ("missing", Trace::new(1).plain(), false),
             (
                 "resource",
-                Trace::new(1).span(vec![kv("debug", Value::BoolValue(true))], |_| {}),
+                under_resource(vec![kv("debug", Value::BoolValue(true))]),
                 true,
             ),
         ],
     );
-    let inverted = policies(
+    policy_table(
         "      - {name: b, type: boolean_attribute, boolean_attribute: {key: debug, value: true, invert_match: true}}",
-    );
-    table(
-        &inverted,
         &[
-            ("true", Trace::new(1).span(vec![], flag(true)), false),
-            ("false", Trace::new(1).span(vec![], flag(false)), true),
+            ("true", one_span(flag(true)), false),
+            ("false", one_span(flag(false)), true),
         ],
     );
 }
@@ -559,39 +498,20 @@ fn boolean_attribute() {
 /// parse as W3C (duplicate keys, bad characters) never matches.
 #[test]
 fn trace_state() {
-    let set = policies(
-        "      - {name: t, type: trace_state, trace_state: {key: tenant, values: [gold, silver]}}",
-    );
     let ts = |v: &'static str| move |span: &mut Span| span.trace_state = v.into();
-    table(
-        &set,
+    policy_table(
+        "      - {name: t, type: trace_state, trace_state: {key: tenant, values: [gold, silver]}}",
         &[
-            ("gold", Trace::new(1).span(vec![], ts("tenant=gold")), true),
-            (
-                "padded",
-                Trace::new(1).span(vec![], ts("ot=th:0 , tenant=silver ")),
-                true,
-            ),
-            (
-                "bronze",
-                Trace::new(1).span(vec![], ts("tenant=bronze")),
-                false,
-            ),
-            (
-                "other key",
-                Trace::new(1).span(vec![], ts("vendor=gold")),
-                false,
-            ),
+            ("gold", one_span(ts("tenant=gold")), true),
+            ("padded", one_span(ts("ot=th:0 , tenant=silver ")), true),
+            ("bronze", one_span(ts("tenant=bronze")), false),
+            ("other key", one_span(ts("vendor=gold")), false),
             (
                 "duplicate keys",
-                Trace::new(1).span(vec![], ts("tenant=gold,tenant=gold")),
+                one_span(ts("tenant=gold,tenant=gold")),
                 false,
             ),
-            (
-                "bad key",
-                Trace::new(1).span(vec![], ts("Tenant=gold,tenant=gold")),
-                false,
-            ),
+            ("bad key", one_span(ts("Tenant=gold,tenant=gold")), false),
             ("empty", Trace::new(1).plain(), false),
         ],
     );
@@ -601,20 +521,11 @@ fn trace_state() {
 /// Guarantees: any span with bit 0x01 of `flags` keeps; other bits do not count.
 #[test]
 fn trace_flags() {
-    let set = policies("      - {name: f, type: trace_flags}");
-    table(
-        &set,
+    policy_table(
+        "      - {name: f, type: trace_flags}",
         &[
-            (
-                "sampled",
-                Trace::new(1).span(vec![], |sp| sp.flags = 0x101),
-                true,
-            ),
-            (
-                "not sampled",
-                Trace::new(1).span(vec![], |sp| sp.flags = 0x100),
-                false,
-            ),
+            ("sampled", one_span(|sp| sp.flags = 0x101), true),
+            ("not sampled", one_span(|sp| sp.flags = 0x100), false),
             (
                 "one of two",
                 Trace::new(1).plain().span(vec![], |sp| sp.flags = 1),
@@ -638,28 +549,23 @@ fn rate_limiting() {
         trace = trace.plain();
     }
     let t0 = Instant::now();
-    assert_eq!(trace.decide_at(&set, t0), sampled(0));
-    assert_eq!(trace.decide_at(&set, t0), sampled(0));
-    assert_eq!(
-        trace.decide_at(&set, t0),
-        Decision::NotSampled,
-        "4 tokens left"
-    );
-    assert_eq!(
-        trace.decide_at(&set, t0 + Duration::from_millis(300)),
-        Decision::NotSampled,
-        "7 tokens"
-    );
-    assert_eq!(
-        trace.decide_at(&set, t0 + Duration::from_millis(400)),
-        sampled(0),
-        "8 tokens"
-    );
+    let t300 = t0 + Duration::from_millis(300);
+    let t400 = t0 + Duration::from_millis(400);
     // A long pause refills only to the burst.
     let later = t0 + Duration::from_secs(100);
-    assert_eq!(trace.decide_at(&set, later), sampled(0));
-    assert_eq!(trace.decide_at(&set, later), sampled(0));
-    assert_eq!(trace.decide_at(&set, later), Decision::NotSampled);
+    in_order(
+        &set,
+        &[
+            (&trace, t0, sampled(0), "20 tokens"),
+            (&trace, t0, sampled(0), "12 tokens"),
+            (&trace, t0, Decision::NotSampled, "4 tokens left"),
+            (&trace, t300, Decision::NotSampled, "7 tokens"),
+            (&trace, t400, sampled(0), "8 tokens"),
+            (&trace, later, sampled(0), "refilled to the burst, 20"),
+            (&trace, later, sampled(0), "12 tokens after a pause"),
+            (&trace, later, Decision::NotSampled, "4 tokens again"),
+        ],
+    );
 
     let small_burst = policies(
         "      - {name: r, type: rate_limiting, rate_limiting: {spans_per_second: 100, burst_capacity: 5}}",
@@ -676,7 +582,7 @@ fn rate_limiting() {
 /// refused until time refills the bucket.
 #[test]
 fn bytes_limiting() {
-    let trace = Trace::new(1).span(vec![], |sp| sp.name = "x".repeat(100));
+    let trace = one_span(|sp| sp.name = "x".repeat(100));
     let probe = policies("      - {name: a, type: always_sample}");
     let bytes = trace.facts(&probe).bytes();
     assert!(bytes > 100);
@@ -704,15 +610,12 @@ fn span_count() {
         }
         trace
     };
-    let min = policies("      - {name: c, type: span_count, span_count: {min_spans: 3}}");
-    table(
-        &min,
+    policy_table(
+        "      - {name: c, type: span_count, span_count: {min_spans: 3}}",
         &[("2", n(2), false), ("3", n(3), true), ("30", n(30), true)],
     );
-    let both =
-        policies("      - {name: c, type: span_count, span_count: {min_spans: 2, max_spans: 4}}");
-    table(
-        &both,
+    policy_table(
+        "      - {name: c, type: span_count, span_count: {min_spans: 2, max_spans: 4}}",
         &[
             ("1", n(1), false),
             ("2", n(2), true),
@@ -739,27 +642,24 @@ fn health(span: &mut Span) {
 /// Guarantees: the trace is kept only when every sub-policy samples.
 #[test]
 fn and_needs_all() {
-    let set = policies(
+    policy_table(
         "      - name: slow-errors
         type: and
         and:
           and_sub_policy:
             - {name: e, type: status_code, status_code: {status_codes: [ERROR]}}
             - {name: l, type: latency, latency: {threshold_ms: 100}}",
-    );
-    table(
-        &set,
         &[
             (
                 "slow error",
-                Trace::new(1).span(vec![], |sp| {
+                one_span(|sp| {
                     error_span(sp);
                     with_ms(200)(sp);
                 }),
                 true,
             ),
-            ("fast error", Trace::new(1).span(vec![], error_span), false),
-            ("slow ok", Trace::new(1).span(vec![], with_ms(200)), false),
+            ("fast error", one_span(error_span), false),
+            ("slow ok", one_span(with_ms(200)), false),
         ],
     );
 }
@@ -768,16 +668,13 @@ fn and_needs_all() {
 /// Guarantees: the sub-policy's vote is flipped.
 #[test]
 fn not_flips() {
-    let set = policies(
+    policy_table(
         "      - name: not-health
         type: not
         not:
           not_sub_policy: {name: h, type: string_attribute, string_attribute: {key: http.route, values: [/health]}}",
-    );
-    table(
-        &set,
         &[
-            ("health", Trace::new(1).span(vec![], health), false),
+            ("health", one_span(health), false),
             ("other", Trace::new(1).plain(), true),
         ],
     );
@@ -798,7 +695,7 @@ fn drop_vetoes_sampled() {
             - {name: h, type: string_attribute, string_attribute: {key: http.route, values: [/health]}}",
     );
     let mut votes = Vec::new();
-    let health_error = Trace::new(1).span(vec![], |sp| {
+    let health_error = one_span(|sp| {
         health(sp);
         error_span(sp);
     });
@@ -808,7 +705,7 @@ fn drop_vetoes_sampled() {
         Decision::Dropped { policy: 2 }
     );
     assert_eq!(votes, [(2, Vote::Dropped)]);
-    let other = Trace::new(1).span(vec![], error_span);
+    let other = one_span(error_span);
     let facts = other.facts(&set);
     assert_eq!(set.decide(&facts, Instant::now(), &mut votes), sampled(0));
     assert_eq!(
@@ -869,10 +766,7 @@ fn content_vote_keeps_threshold() {
             threshold: ThresholdUpdate::Raise(parse_th("8").unwrap())
         }
     );
-    assert_eq!(
-        Trace::new(1).span(vec![], error_span).decide(&set),
-        sampled(1)
-    );
+    assert_eq!(one_span(error_span).decide(&set), sampled(1));
     // Two probabilistic policies: the higher probability (lower threshold) is the trace's.
     let two = policies(
         "      - {name: p10, type: probabilistic, probabilistic: {sampling_percentage: 10}}
@@ -924,27 +818,22 @@ fn composite_allocation() {
             - {policy: errors, percent: 50}
             - {policy: all, percent: 50}",
     );
-    let errors = Trace::new(1)
-        .span(vec![], error_span)
-        .span(vec![], error_span);
+    let errors = two_spans(error_span, error_span);
     let plain = Trace::new(2).plain().plain();
     let t0 = Instant::now();
-    assert_eq!(errors.decide_at(&set, t0), sampled(0));
-    assert_eq!(errors.decide_at(&set, t0), sampled(0));
-    assert_eq!(plain.decide_at(&set, t0), sampled(0));
-    assert_eq!(
-        errors.decide_at(&set, t0),
-        Decision::NotSampled,
-        "errors' 5 spans: 4 + 2 > 5"
-    );
-    assert_eq!(plain.decide_at(&set, t0), sampled(0));
-    assert_eq!(
-        plain.decide_at(&set, t0),
-        Decision::NotSampled,
-        "all's 5: 4 + 2 > 5"
-    );
     let t1 = t0 + Duration::from_millis(1000);
-    assert_eq!(errors.decide_at(&set, t1), sampled(0), "a new window");
+    in_order(
+        &set,
+        &[
+            (&errors, t0, sampled(0), "errors' first 2 of 5 spans"),
+            (&errors, t0, sampled(0), "errors' 4 of 5 spans"),
+            (&plain, t0, sampled(0), "all's first 2 of 5 spans"),
+            (&errors, t0, Decision::NotSampled, "errors: 4 + 2 > 5"),
+            (&plain, t0, sampled(0), "all's 4 of 5 spans"),
+            (&plain, t0, Decision::NotSampled, "all's 5: 4 + 2 > 5"),
+            (&errors, t1, sampled(0), "a new window"),
+        ],
+    );
 
     let missing = policies(
         "      - name: c
