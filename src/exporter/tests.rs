@@ -99,8 +99,9 @@ fn metrics(exporter: &str) -> (Registry, ExporterMetrics) {
     (registry, metrics)
 }
 
-/// The value of the series of `name` carrying all of `labels`, or `None` if absent.
-fn value(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+/// The value of the series of `name` carrying all of `labels`, or `None` if absent (also
+/// read by the loadbalancing exporter's tests).
+pub(super) fn value(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let family = registry.gather().into_iter().find(|mf| mf.name() == name)?;
     let metric = family.get_metric().iter().find(|m| {
         labels.iter().all(|(k, v)| {

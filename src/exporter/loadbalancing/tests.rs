@@ -33,6 +33,7 @@ use crate::config::{
 };
 use crate::exporter::core::error::ExportError;
 use crate::exporter::core::metrics::ExporterMetricFamilies;
+use crate::exporter::tests::value;
 use crate::otlp::TraceId;
 use crate::payload::TraceBatch;
 
@@ -188,23 +189,6 @@ fn start(backends: Vec<String>, queue_size: usize) -> (Registry, Arc<LoadBalance
     )
     .unwrap();
     (registry, lb)
-}
-
-/// The value of the counter or gauge `name` carrying all of `labels`.
-fn value(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let family = registry.gather().into_iter().find(|mf| mf.name() == name)?;
-    let metric = family.get_metric().iter().find(|m| {
-        labels.iter().all(|(k, v)| {
-            m.get_label()
-                .iter()
-                .any(|l| l.name() == *k && l.value() == *v)
-        })
-    })?;
-    Some(if name.ends_with("_total") {
-        metric.get_counter().get_value()
-    } else {
-        metric.get_gauge().get_value()
-    })
 }
 
 // === gRPC sink ===
