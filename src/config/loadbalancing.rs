@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use super::common::{HeaderRules, Reader, headers, tls_client};
-use super::components::{OTLP_KEYS, compression, retry, sending_queue};
 use super::defaults;
 use super::endpoint;
 use super::error::{Problems, join};
+use super::exporter_settings::{OTLP_KEYS, compression, retry, sending_queue};
 use super::fields::{Fields, NOT_YET};
 use super::tls;
 use super::{

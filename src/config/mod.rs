@@ -68,6 +68,7 @@ mod duration;
 mod endpoint;
 mod error;
 mod expand;
+mod exporter_settings;
 mod fields;
 mod graph;
 mod ids;
