@@ -129,13 +129,8 @@ impl LoadBalancer {
             dns: std::sync::Mutex::new(None),
         };
         if let ResolverConfig::Dns(dns) = &config.resolver {
-            let lookup =
-                HickoryLookup::new(dns.nameserver.as_deref(), dns.timeout).map_err(|reason| {
-                    ExporterError::InvalidEndpoint {
-                        endpoint: format!("{} resolver.dns", id.written),
-                        reason,
-                    }
-                })?;
+            let lookup = HickoryLookup::new(dns.nameserver.as_deref(), dns.timeout)
+                .map_err(|reason| ExporterError::Resolver { reason })?;
             return Ok(Self::with_dns(lb, Arc::new(lookup), dns.clone()));
         }
         let ring = Ring::new(&hostnames);

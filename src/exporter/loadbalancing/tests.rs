@@ -672,3 +672,33 @@ async fn dns_resolver_task_follows_the_name() {
     tokio::time::sleep(interval * 3).await;
     assert_eq!(lookup.calls(), calls, "the task ended at shutdown");
 }
+
+/// Scenario: one resolution of a name with IPv6 and IPv4 addresses, given unsorted.
+/// Guarantees: IPv4 sorts before IPv6, and IPv6 backends are written `[ip]:port`, as the
+/// OTLP exporter's endpoint needs them.
+#[tokio::test(start_paused = true)]
+async fn resolve_sorts_and_brackets_ipv6() {
+    let lookup = FakeLookup {
+        answer: Mutex::new(Answer::Found(vec![
+            ip("fd00::2"),
+            ip("10.0.0.9"),
+            ip("fd00::1"),
+        ])),
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let config = DnsResolverConfig {
+        hostname: "samplers.test".to_owned(),
+        port: 4317,
+        interval: Duration::from_secs(5),
+        timeout: Duration::from_secs(1),
+        nameserver: None,
+    };
+    assert_eq!(
+        super::dns::resolve(&lookup, &config).await.unwrap(),
+        vec![
+            "10.0.0.9:4317".to_owned(),
+            "[fd00::1]:4317".to_owned(),
+            "[fd00::2]:4317".to_owned(),
+        ]
+    );
+}
