@@ -14,8 +14,9 @@ echo "== deploy checks (kustomize, schemas, promtool, checkov, tailgate validate
 cargo build --locked --bin tailgate
 TAILGATE_BIN="$PWD/target/debug/tailgate" ./scripts/check-deploy.sh
 
-echo "== test dependencies (Prometheus server for the remote-write tests)"
+echo "== test dependencies (Prometheus server for the remote-write tests, dnsmasq for the DNS resolver tests)"
 ./scripts/install-prometheus.sh
+./scripts/install-dnsmasq.sh
 
 echo "== benches, once each (criterion's test mode)"
 cargo test --locked --bench otlp_wire --bench pipeline_paths

@@ -231,6 +231,7 @@ impl Gateway {
         drop(sinks);
         drop(metrics_sinks);
 
+        pipelines.started().await;
         health.set(HealthState::Serving);
         tracing::info!(event = "gateway.started", version = telemetry::VERSION);
         Ok(Self {

@@ -292,17 +292,17 @@ fn refused_at_start() -> Vec<(&'static str, String, &'static str)> {
             "exporters.loadbalancing.protocol.otlp.tls.ca_file",
         ),
         (
-            "the load balancer's dns resolver, not supported yet",
+            "the load balancer's dns resolver with a name server that is not ip:port",
             startable(
                 "exporters:
   load_balancing:
     protocol: {otlp: {tls: {insecure: true}}}
-    resolver: {dns: {hostname: localhost}}",
+    resolver: {dns: {hostname: localhost, nameserver: ns.local}}",
                 "    traces:
       receivers: [otlp]
       exporters: [load_balancing]",
             ),
-            "exporters.load_balancing.resolver.dns",
+            "exporters.load_balancing.resolver.dns.nameserver",
         ),
         (
             "header value that cannot be sent",
@@ -369,7 +369,7 @@ extensions:
 /// Scenario: one config per kind of refusal that start-up used to be the first to make
 /// (tail_sampling not first, regular expressions too large together, two memory limiters,
 /// a memory limit too large, a missing TLS file (also in the load balancer's template), the
-/// load balancer's dns resolver, an unsendable header, an endpoint that is not a URI, a
+/// load balancer's dns resolver with a bad name server, an unsendable header, an endpoint that is not a URI, a
 /// missing queue directory, two listeners on one address), each otherwise
 /// startable, run through the binary as `validate` and as the gateway.
 /// Guarantees: both refuse each config: they exit non-zero within 20 s and name the
@@ -409,7 +409,7 @@ fn validate_refuses_what_start_refuses() {
 
 /// Scenario: the configs of `validate_refuses_what_start_refuses` with the problem fixed
 /// where a fix is one line (sampler first, one memory limiter, TLS off, a valid header, a
-/// static resolver).
+/// name server written ip:port).
 /// Guarantees: `validate` accepts them, so the refusals above come from the problem named
 /// and not from the rest of the config.
 #[test]
@@ -428,10 +428,7 @@ fn the_refused_configs_are_otherwise_valid() {
             "tls: {insecure: true}",
         ),
         ("x-line: \"a\\nb\"", "x-line: ab"),
-        (
-            "resolver: {dns: {hostname: localhost}}",
-            "resolver: {static: {hostnames: [localhost]}}",
-        ),
+        ("nameserver: ns.local", "nameserver: '127.0.0.1:53'"),
     ];
     let cases = refused_at_start();
     for (from, to) in fixes {

@@ -8,6 +8,7 @@ mod disk_queue;
 mod export_retry;
 mod late_spans;
 mod loadbalancing;
+mod loadbalancing_dns;
 mod metrics_e2e;
 mod module_graph;
 mod outage;

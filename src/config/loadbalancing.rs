@@ -2,8 +2,8 @@
 //! `loadbalancingexporter`, for traces routed by trace id.
 //!
 //! `protocol.otlp` is the OTLP/gRPC exporter's mapping without `endpoint` (each backend's
-//! address comes from the resolver). `resolver.static.hostnames` is implemented;
-//! `resolver.dns` is read and checked key by key, then refused as not supported yet.
+//! address comes from the resolver): `resolver.static.hostnames`, or `resolver.dns`
+//! (`hostname`, `port`, `interval`, `timeout`, and tailgate's `nameserver`).
 
 use std::time::Duration;
 
@@ -172,14 +172,7 @@ fn resolver(problems: &mut Problems, fields: &Fields<'_>) -> ResolverConfig {
         (true, false) => ResolverConfig::Static {
             hostnames: static_hostnames,
         },
-        (false, true) => {
-            problems.add(
-                resolver.key_path("dns"),
-                "the dns resolver is not supported yet by this version of tailgate: list the \
-                 backends in resolver.static.hostnames",
-            );
-            ResolverConfig::Dns(dns)
-        }
+        (false, true) => ResolverConfig::Dns(dns),
     }
 }
 
@@ -392,8 +385,7 @@ service:
     }
 
     /// Scenario: a static load balancer with a changed template, and a dns one, rendered
-    /// by `print-config` and read back (the dns one is checked for its rendering only: it
-    /// is refused when loaded).
+    /// by `print-config` and read back.
     /// Guarantees: `load(render(c)) == c` and rendering is stable; the template is written
     /// without `endpoint` and the dns keys with their defaults.
     #[test]
@@ -433,7 +425,7 @@ service:
                 nameserver: Some("127.0.0.1:53".to_owned()),
             });
         }
-        let rendered = crate::config::render(&dns);
+        let rendered = crate::config::tests::assert_round_trips(&dns);
         assert!(
             rendered.contains(
                 "    resolver:\n      dns:\n        hostname: \"sampler.monitoring\"\n        port: 4317\n        interval: 5s\n        timeout: 1s\n        nameserver: \"127.0.0.1:53\"\n"
@@ -492,8 +484,8 @@ service:
                 "exporters.loadbalancing.resolver.dns.nameserver: \"ns.local\" is not an address",
             ),
             (
-                "    resolver: {dns: {hostname: sampler}}\n",
-                "exporters.loadbalancing.resolver.dns: the dns resolver is not supported yet",
+                "    resolver: {dns: {}}\n",
+                "exporters.loadbalancing.resolver.dns.hostname: must not be empty",
             ),
             (
                 "    resolver: {k8s: {service: s}}\n",

@@ -80,6 +80,11 @@ pub(crate) trait Routed<P: Payload>: Send + Sync + 'static {
 
     /// As [`SignalExporter::shutdown`]: stops intake and drains every backend exporter.
     fn shutdown(&self, deadline: Instant) -> BoxFuture<'_, DrainReport>;
+
+    /// As [`SignalExporter::started`]: resolves once the backends' first discovery is done.
+    fn started(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// Handle to a running OTLP or debug exporter of one signal; cheap to clone.
@@ -376,6 +381,18 @@ impl<P: Payload> SignalExporter<P> {
                     .await
                     .into_result()
             }
+        }
+    }
+
+    /// Resolves once the exporter is ready to report the gateway ready: at once, except for
+    /// a load balancer with a DNS resolver, after its first resolution (good or not).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn started(&self) {
+        if let Inner::Routed(routed) = &self.inner {
+            routed.started().await;
         }
     }
 

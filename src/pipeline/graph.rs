@@ -102,6 +102,18 @@ pub struct Pipelines {
 }
 
 impl Pipelines {
+    /// Resolves once every exporter is ready for the gateway to report ready (a load
+    /// balancer's first DNS resolution, bounded by its timeout).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn started(&self) {
+        for (_, exporter) in &self.stages.traces_exporters {
+            exporter.started().await;
+        }
+    }
+
     /// Takes the tasks and exporters for the drain; see [`crate::shutdown`].
     pub fn into_parts(self) -> DrainStages {
         self.stages

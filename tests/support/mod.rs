@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod dns;
 pub mod metrics_sink;
 pub mod process;
 pub mod prometheus;

@@ -50,6 +50,15 @@ pub enum ExporterError {
         /// The exporter id as written.
         exporter: String,
     },
+    /// The load balancer's DNS resolver cannot be set up.
+    #[error(
+        "resolver.dns: {reason} (set resolver.dns.nameserver to a name server's ip:port, or \
+         fix the system's /etc/resolv.conf)"
+    )]
+    Resolver {
+        /// What failed.
+        reason: String,
+    },
     /// The exporter does not carry this signal (e.g. a metrics exporter asked for traces).
     #[error("exporter {exporter:?} does not export {signal}")]
     WrongSignal {

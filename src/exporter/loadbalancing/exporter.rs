@@ -24,15 +24,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::{Mutex, RwLock, watch};
 use tokio::time::Instant;
 
+use super::dns::{DnsTask, HickoryLookup, Lookup};
 use super::metrics::{
     BackendMetrics, LoadBalancerMetricFamilies, LoadBalancerMetrics, ResolverKind,
 };
 use super::ring::Ring;
 use crate::config::{
-    ComponentId, ExporterConfig, LoadBalancingConfig, OtlpExporterConfig, ResolverConfig,
+    ComponentId, DnsResolverConfig, ExporterConfig, LoadBalancingConfig, OtlpExporterConfig,
+    ResolverConfig,
 };
 use crate::exporter::core::error::{DrainReport, ExportError, ExporterError};
 use crate::exporter::core::metrics::{ExporterMetricFamilies, ExporterMetrics};
@@ -79,15 +81,23 @@ pub struct LoadBalancer {
     /// requests in flight): shutdown drains them all. A std mutex: held only to push or
     /// copy, never across an await.
     started: std::sync::Mutex<Vec<TracesExporter>>,
+    /// `true` while the ring has backends: exports wait on it while it is empty (a DNS
+    /// resolver that has found nothing yet), rather than refusing and losing the data.
+    backends_ready: watch::Sender<bool>,
+    /// The DNS resolver task, stopped at shutdown; `None` for the static resolver.
+    dns: std::sync::Mutex<Option<DnsTask>>,
 }
 
 impl LoadBalancer {
-    /// Starts one exporter per backend of `config`'s static resolver.
+    /// Starts one exporter per backend of `config`'s static resolver, or the DNS resolver's
+    /// task, which resolves at once and then every interval (see
+    /// [`LoadBalancer::first_resolution`]).
     ///
     /// # Errors
     ///
     /// [`ExporterError`] when a backend's exporter cannot be built (a bad address, header
-    /// or TLS file), or the resolver is not the static one (validation refuses the others).
+    /// or TLS file), or the DNS resolver cannot be set up (the system's resolver
+    /// configuration cannot be read).
     ///
     /// # Panics
     ///
@@ -100,12 +110,7 @@ impl LoadBalancer {
     ) -> Result<Arc<Self>, ExporterError> {
         let (hostnames, resolver) = match &config.resolver {
             ResolverConfig::Static { hostnames } => (hostnames.clone(), ResolverKind::Static),
-            ResolverConfig::Dns(_) => {
-                return Err(ExporterError::InvalidEndpoint {
-                    endpoint: id.written.clone(),
-                    reason: "the dns resolver is not supported yet".to_owned(),
-                });
-            }
+            ResolverConfig::Dns(_) => (Vec::new(), ResolverKind::Dns),
         };
         let mut lb = Self {
             id: id.clone(),
@@ -120,7 +125,14 @@ impl LoadBalancer {
             closed: AtomicBool::new(false),
             changing: Mutex::new(()),
             started: std::sync::Mutex::new(Vec::new()),
+            backends_ready: watch::channel(false).0,
+            dns: std::sync::Mutex::new(None),
         };
+        if let ResolverConfig::Dns(dns) = &config.resolver {
+            let lookup = HickoryLookup::new(dns.nameserver.as_deref(), dns.timeout)
+                .map_err(|reason| ExporterError::Resolver { reason })?;
+            return Ok(Self::with_dns(lb, Arc::new(lookup), dns.clone()));
+        }
         let ring = Ring::new(&hostnames);
         let mut backends = Vec::with_capacity(ring.backends().len());
         for address in ring.backends() {
@@ -135,7 +147,67 @@ impl LoadBalancer {
             backends = ?ring.backends(),
         );
         *lb.members.get_mut() = Members { ring, backends };
+        lb.backends_ready.send_replace(true);
         Ok(Arc::new(lb))
+    }
+
+    /// Wraps `lb` (no backends yet) and starts its DNS resolver task on `lookup`.
+    fn with_dns(lb: Self, lookup: Arc<dyn Lookup>, config: DnsResolverConfig) -> Arc<Self> {
+        let lb = Arc::new(lb);
+        let task = DnsTask::spawn(Arc::downgrade(&lb), lookup, config);
+        *lb.dns.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        lb
+    }
+
+    /// Starts a load balancer with the DNS resolver `config` over `lookup` instead of
+    /// hickory's resolver (for tests of the resolver task).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    #[cfg(test)]
+    pub(crate) fn start_dns_with(
+        id: &ComponentId,
+        template: OtlpExporterConfig,
+        config: DnsResolverConfig,
+        lookup: Arc<dyn Lookup>,
+        families: &ExporterMetricFamilies,
+        lb_families: &LoadBalancerMetricFamilies,
+    ) -> Arc<Self> {
+        let lb = Self {
+            id: id.clone(),
+            template,
+            families: families.clone(),
+            own: families.for_exporter(id),
+            metrics: lb_families.for_exporter(ResolverKind::Dns),
+            members: RwLock::new(Members {
+                ring: Ring::default(),
+                backends: Vec::new(),
+            }),
+            closed: AtomicBool::new(false),
+            changing: Mutex::new(()),
+            started: std::sync::Mutex::new(Vec::new()),
+            backends_ready: watch::channel(false).0,
+            dns: std::sync::Mutex::new(None),
+        };
+        Self::with_dns(lb, lookup, config)
+    }
+
+    /// Waits until the resolver's first resolution has been applied (at once for the
+    /// static resolver): the gateway reports ready after this. A first resolution that
+    /// found nothing still ends the wait; exports then wait for backends.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn first_resolution(&self) {
+        let receiver = {
+            let dns = self.dns.lock().unwrap_or_else(|e| e.into_inner());
+            dns.as_ref().map(DnsTask::first_receiver)
+        };
+        if let Some(mut first) = receiver {
+            let _ = first.wait_for(|done| *done).await;
+        }
     }
 
     /// The traces exporter handle through which the pipeline exports to this load
@@ -187,13 +259,28 @@ impl LoadBalancer {
     ///
     /// Not cancel safe: a cancelled call may have handed some pieces over and not others.
     pub(crate) async fn export(&self, batch: TraceBatch) -> Result<(), ExportError> {
-        let members = self.members.read().await;
-        if self.closed.load(Ordering::Acquire) {
-            let items = batch.item_count();
-            self.own.record_enqueue_failed(items);
-            return Err(ExportError::ShutDown { items });
+        let mut ready = self.backends_ready.subscribe();
+        loop {
+            {
+                let members = self.members.read().await;
+                if self.closed.load(Ordering::Acquire) {
+                    let items = batch.item_count();
+                    self.own.record_enqueue_failed(items);
+                    return Err(ExportError::ShutDown { items });
+                }
+                if !members.backends.is_empty() {
+                    return self.hand_over(&members, batch).await;
+                }
+            }
+            // No backend yet (the resolver has found none): wait without the read guard,
+            // so that the membership change that brings backends, or shutdown, can run.
+            // The pipeline holds the batch meanwhile, so upstream queues push back.
+            if ready.wait_for(|ready| *ready).await.is_err() {
+                let items = batch.item_count();
+                self.own.record_enqueue_failed(items);
+                return Err(ExportError::ShutDown { items });
+            }
         }
-        self.hand_over(&members, batch).await
     }
 
     /// Splits `batch` over `members` and hands each piece to its owner.
@@ -312,6 +399,8 @@ impl LoadBalancer {
         members.ring = ring;
         members.backends = backends;
         self.metrics.record_backends(members.backends.len());
+        self.backends_ready
+            .send_replace(!members.backends.is_empty());
         tracing::info!(
             event = "exporter.loadbalancing.backends",
             exporter = %self.id.written,
@@ -348,6 +437,12 @@ impl LoadBalancer {
         if self.closed.swap(true, Ordering::AcqRel) {
             return DrainReport::default();
         }
+        // Exports waiting for a first backend see `closed` and refuse.
+        self.backends_ready.send_replace(true);
+        let dns = self.dns.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(dns) = dns {
+            dns.stop(deadline).await;
+        }
         // The pipeline's stages have ended before exporters shut down, so this is normally
         // immediate; an export still waiting for queue room at the deadline is refused by
         // its backend's exporter below.
@@ -383,6 +478,10 @@ impl Routed<TraceBatch> for LoadBalancer {
 
     fn shutdown(&self, deadline: Instant) -> BoxFuture<'_, DrainReport> {
         Box::pin(LoadBalancer::shutdown(self, deadline))
+    }
+
+    fn started(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.first_resolution())
     }
 }
 

@@ -46,14 +46,17 @@ const LATENCY_BUCKETS_MS: [f64; 14] = [
 /// Which resolver produced the backends: the `resolver` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ResolverKind {
-    /// `resolver.static`. (`dns` joins when its resolver does.)
+    /// `resolver.static`.
     Static,
+    /// `resolver.dns`.
+    Dns,
 }
 
 impl ResolverKind {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             ResolverKind::Static => "static",
+            ResolverKind::Dns => "dns",
         }
     }
 }

@@ -6,12 +6,14 @@
 //! |---|---|
 //! | `ring.rs` | the consistent-hash ring: trace id to backend, stable across replicas |
 //! | `metrics.rs` | `otelcol_loadbalancer_*` |
+//! | `dns.rs` | `resolver.dns`: the task that resolves the backends every interval |
 //! | `exporter.rs` | one OTLP/gRPC exporter per backend on the export core; splitting a batch by owner; membership changes |
 //!
-//! Backends come from `resolver.static.hostnames`. A resolver that discovers them (DNS)
-//! drives [`LoadBalancer::set_backends`], which re-routes a removed backend's
-//! queued batches to their new owners.
+//! Backends come from `resolver.static.hostnames`, or from `resolver.dns`, whose task
+//! drives [`LoadBalancer::set_backends`], which re-routes a removed backend's queued
+//! batches to their new owners.
 
+pub(crate) mod dns;
 mod exporter;
 mod metrics;
 pub(crate) mod ring;

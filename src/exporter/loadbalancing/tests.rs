@@ -24,12 +24,13 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use super::dns::Lookup;
 use super::exporter::split_by_owner;
 use super::ring::Ring;
 use super::{LoadBalancer, LoadBalancerMetricFamilies};
 use crate::config::{
-    ComponentId, Compression, LoadBalancingConfig, OtlpExporterConfig, QueueConfig, ResolverConfig,
-    RetryConfig, RoutingKey, TlsClientConfig,
+    ComponentId, Compression, DnsResolverConfig, LoadBalancingConfig, OtlpExporterConfig,
+    QueueConfig, ResolverConfig, RetryConfig, RoutingKey, TlsClientConfig,
 };
 use crate::exporter::core::error::ExportError;
 use crate::exporter::core::metrics::ExporterMetricFamilies;
@@ -505,4 +506,199 @@ fn in_flight(registry: &Registry, address: &str) -> Option<f64> {
         "otelcol_exporter_in_flight_requests",
         &[("exporter", &label)],
     )
+}
+
+// === the DNS resolver task ===
+
+/// What the fake lookup answers next.
+#[derive(Clone)]
+enum Answer {
+    Found(Vec<std::net::IpAddr>),
+    Failed,
+    /// Never answers: the resolution's timeout ends it.
+    Hangs,
+}
+
+/// A lookup that answers what the test set, and counts the lookups.
+struct FakeLookup {
+    answer: Mutex<Answer>,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl FakeLookup {
+    fn set(&self, answer: Answer) {
+        *self.answer.lock().unwrap() = answer;
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Lookup for FakeLookup {
+    fn lookup<'a>(
+        &'a self,
+        hostname: &'a str,
+    ) -> crate::payload::BoxFuture<'a, Result<Vec<std::net::IpAddr>, String>> {
+        assert_eq!(hostname, "samplers.test");
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let answer = self.answer.lock().unwrap().clone();
+        Box::pin(async move {
+            match answer {
+                Answer::Found(found) => Ok(found),
+                Answer::Failed => Err("NXDOMAIN".to_owned()),
+                Answer::Hangs => std::future::pending().await,
+            }
+        })
+    }
+}
+
+fn ip(text: &str) -> std::net::IpAddr {
+    text.parse().unwrap()
+}
+
+/// Scenario: a load balancer with a DNS resolver (interval 5s, timeout 1s, port 9) over a
+/// fake lookup, on paused time: the first lookup fails, an export waits; then the name
+/// resolves to two addresses given out of order (one twice); then lookups fail, answer
+/// nothing, and hang; then one address is left; then shutdown.
+/// Guarantees: the first resolution is done before `first_resolution` returns, and a
+/// failed one leaves the ring empty while an export waits for backends (it is neither
+/// refused nor lost) and completes once they come; backends are the sorted, deduplicated
+/// addresses with the port; failed, empty and timed-out resolutions are counted as
+/// unsuccessful and keep the last backends; a change replaces them and is counted; after
+/// shutdown no lookup happens anymore.
+#[tokio::test(start_paused = true)]
+async fn dns_resolver_task_follows_the_name() {
+    let registry = Registry::new();
+    let families = ExporterMetricFamilies::register(&registry).unwrap();
+    let lb_families = LoadBalancerMetricFamilies::register(&registry).unwrap();
+    let lookup = Arc::new(FakeLookup {
+        answer: Mutex::new(Answer::Failed),
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let interval = Duration::from_secs(5);
+    let lb = LoadBalancer::start_dns_with(
+        &ComponentId::literal("loadbalancing"),
+        template(10),
+        DnsResolverConfig {
+            hostname: "samplers.test".to_owned(),
+            port: 9,
+            interval,
+            timeout: Duration::from_secs(1),
+            nameserver: None,
+        },
+        lookup.clone(),
+        &families,
+        &lb_families,
+    );
+    let resolutions = |success: &str| {
+        value(
+            &registry,
+            "otelcol_loadbalancer_num_resolutions_total",
+            &[("resolver", "dns"), ("success", success)],
+        )
+        .unwrap_or(0.0)
+    };
+    let num_backends = || {
+        value(
+            &registry,
+            "otelcol_loadbalancer_num_backends",
+            &[("resolver", "dns")],
+        )
+        .unwrap_or(0.0)
+    };
+
+    lb.first_resolution().await;
+    assert_eq!(lookup.calls(), 1);
+    assert_eq!(resolutions("false"), 1.0);
+    assert!(lb.backends().await.is_empty());
+
+    // A batch with no span: the wait for backends is what is tested, not the network.
+    let exporter = lb.handle();
+    let waiting = tokio::spawn(async move { exporter.export(TraceBatch::default()).await });
+    tokio::time::sleep(interval / 2).await;
+    assert!(
+        !waiting.is_finished(),
+        "an export waits while there is no backend"
+    );
+
+    lookup.set(Answer::Found(vec![
+        ip("127.0.0.3"),
+        ip("127.0.0.2"),
+        ip("127.0.0.3"),
+    ]));
+    tokio::time::sleep(interval).await;
+    assert_eq!(lookup.calls(), 2);
+    let two = vec!["127.0.0.2:9".to_owned(), "127.0.0.3:9".to_owned()];
+    assert_eq!(lb.backends().await, two);
+    assert_eq!(resolutions("true"), 1.0);
+    assert_eq!(num_backends(), 2.0);
+    waiting.await.unwrap().unwrap();
+
+    for (n, answer) in [Answer::Failed, Answer::Found(Vec::new()), Answer::Hangs]
+        .into_iter()
+        .enumerate()
+    {
+        lookup.set(answer);
+        tokio::time::sleep(interval).await;
+        assert_eq!(lookup.calls(), 3 + n);
+        assert_eq!(resolutions("false"), 2.0 + n as f64);
+        assert_eq!(
+            lb.backends().await,
+            two,
+            "a failed resolution keeps the backends"
+        );
+        assert_eq!(num_backends(), 2.0);
+    }
+
+    lookup.set(Answer::Found(vec![ip("127.0.0.2")]));
+    // The hanging lookup ends at its timeout, so the next one comes 1s later.
+    tokio::time::sleep(interval + Duration::from_secs(1)).await;
+    assert_eq!(lb.backends().await, vec!["127.0.0.2:9".to_owned()]);
+    assert_eq!(resolutions("true"), 2.0);
+    assert_eq!(num_backends(), 1.0);
+    assert_eq!(
+        value(
+            &registry,
+            "otelcol_loadbalancer_num_backend_updates_total",
+            &[("resolver", "dns")],
+        ),
+        Some(2.0)
+    );
+
+    let report = lb.shutdown(Instant::now() + Duration::from_secs(1)).await;
+    assert_eq!(report.dropped, 0);
+    let calls = lookup.calls();
+    tokio::time::sleep(interval * 3).await;
+    assert_eq!(lookup.calls(), calls, "the task ended at shutdown");
+}
+
+/// Scenario: one resolution of a name with IPv6 and IPv4 addresses, given unsorted.
+/// Guarantees: IPv4 sorts before IPv6, and IPv6 backends are written `[ip]:port`, as the
+/// OTLP exporter's endpoint needs them.
+#[tokio::test(start_paused = true)]
+async fn resolve_sorts_and_brackets_ipv6() {
+    let lookup = FakeLookup {
+        answer: Mutex::new(Answer::Found(vec![
+            ip("fd00::2"),
+            ip("10.0.0.9"),
+            ip("fd00::1"),
+        ])),
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let config = DnsResolverConfig {
+        hostname: "samplers.test".to_owned(),
+        port: 4317,
+        interval: Duration::from_secs(5),
+        timeout: Duration::from_secs(1),
+        nameserver: None,
+    };
+    assert_eq!(
+        super::dns::resolve(&lookup, &config).await.unwrap(),
+        vec![
+            "10.0.0.9:4317".to_owned(),
+            "[fd00::1]:4317".to_owned(),
+            "[fd00::2]:4317".to_owned(),
+        ]
+    );
 }
