@@ -1,5 +1,5 @@
 //! `resolver.dns`: a background task that resolves one name every `interval` and hands the
-//! sorted addresses (with `port`) to [`LoadBalancer::set_backends`].
+//! sorted addresses (with `port`) to [`Backends::set_backends`] (the load balancer).
 //!
 //! As in the Collector, a failed or empty resolution keeps the last good backends; it is
 //! counted as an unsuccessful resolution and logged (at most once per
@@ -19,12 +19,27 @@ use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::exporter::LoadBalancer;
 use crate::config::DnsResolverConfig;
+use crate::exporter::core::error::ExporterError;
 use crate::payload::BoxFuture;
 
 /// The shortest time between two `loadbalancing.resolve_failed` warnings.
 pub(crate) const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What the resolver task keeps up to date: the backend list of the load balancer that
+/// started it. A trait, so that the task does not name the exporter that owns it.
+pub(crate) trait Backends: Send + Sync + 'static {
+    /// Replaces the backends with `addresses`: `Ok(true)` when the set changed. An empty
+    /// list counts an unsuccessful resolution and keeps the current backends.
+    ///
+    /// # Errors
+    ///
+    /// [`ExporterError`] when a new backend's exporter cannot be built.
+    fn set_backends<'a>(
+        &'a self,
+        addresses: &'a [String],
+    ) -> BoxFuture<'a, Result<bool, ExporterError>>;
+}
 
 /// Resolves a name to its addresses (A and AAAA).
 pub(crate) trait Lookup: Send + Sync + 'static {
@@ -134,7 +149,7 @@ impl DnsTask {
     /// Starts the task: a first resolution at once, then one every `config.interval`,
     /// each applied to `lb` while it exists and until [`DnsTask::stop`].
     pub(crate) fn spawn(
-        lb: Weak<LoadBalancer>,
+        lb: Weak<dyn Backends>,
         lookup: Arc<dyn Lookup>,
         config: DnsResolverConfig,
     ) -> Self {
@@ -190,7 +205,7 @@ impl FailureLog {
 }
 
 async fn run(
-    lb: Weak<LoadBalancer>,
+    lb: Weak<dyn Backends>,
     lookup: Arc<dyn Lookup>,
     config: DnsResolverConfig,
     mut stopped: watch::Receiver<bool>,

@@ -20,14 +20,14 @@
 //! ring and handed to their new owners, never dropped. Requests already in flight to it
 //! finish there, with their retries; the removed exporter is shut down with the others.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, RwLock, watch};
 use tokio::time::Instant;
 
-use super::dns::{DnsTask, HickoryLookup, Lookup};
+use super::dns::{Backends, DnsTask, HickoryLookup, Lookup};
 use super::metrics::{
     BackendMetrics, LoadBalancerMetricFamilies, LoadBalancerMetrics, ResolverKind,
 };
@@ -154,7 +154,9 @@ impl LoadBalancer {
     /// Wraps `lb` (no backends yet) and starts its DNS resolver task on `lookup`.
     fn with_dns(lb: Self, lookup: Arc<dyn Lookup>, config: DnsResolverConfig) -> Arc<Self> {
         let lb = Arc::new(lb);
-        let task = DnsTask::spawn(Arc::downgrade(&lb), lookup, config);
+        let weak: Weak<Self> = Arc::downgrade(&lb);
+        let backends: Weak<dyn Backends> = weak;
+        let task = DnsTask::spawn(backends, lookup, config);
         *lb.dns.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         lb
     }
@@ -464,6 +466,15 @@ impl LoadBalancer {
             }
         }
         report
+    }
+}
+
+impl Backends for LoadBalancer {
+    fn set_backends<'a>(
+        &'a self,
+        addresses: &'a [String],
+    ) -> BoxFuture<'a, Result<bool, ExporterError>> {
+        Box::pin(LoadBalancer::set_backends(self, addresses))
     }
 }
 
