@@ -5,7 +5,7 @@
 //! two sinks receive together must be exactly what one instance would keep.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,7 +20,7 @@ use tailgate::otlp::TraceId;
 use tailgate::sampler::threshold::{Threshold, trace_id_randomness};
 use tailgate::service::Gateway;
 
-use crate::support::{self, OtlpSink, SinkBehavior};
+use crate::support::{self, OtlpSink, SinkBehavior, replicas};
 
 const TRACES: usize = 3_000;
 /// Spans per trace: two leaves, a middle span (ERROR in error traces), and the root.
@@ -28,49 +28,12 @@ const SPANS_PER_TRACE: usize = 4;
 /// Traces per request.
 const CHUNK: usize = 150;
 
-/// A sampling replica: the seed's policies (errors, then 10%), listening for OTLP/gRPC on
-/// `listen`, exporting to `sink`.
-fn sampler_config(listen: SocketAddr, sink: SocketAddr) -> String {
-    format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: {listen}
-processors:
-  tail_sampling:
-    decision_wait: 5s
+/// The seed's policies (errors, then 10%), as a replica's `tail_sampling` settings.
+const SEED_POLICIES: &str = "    decision_wait: 5s
     decision_wait_after_root_received: 500ms
     policies:
-      - name: errors
-        type: status_code
-        status_code:
-          status_codes: [ERROR]
-      - name: baseline
-        type: probabilistic
-        probabilistic:
-          sampling_percentage: 10
-  batch:
-    send_batch_size: 512
-    timeout: 50ms
-exporters:
-  otlp/sink:
-    endpoint: {sink}
-    tls:
-      insecure: true
-service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [tail_sampling, batch]
-      exporters: [otlp/sink]
-  telemetry:
-    metrics:
-      address: 127.0.0.1:0
-"#
-    )
-}
+      - {name: errors, type: status_code, status_code: {status_codes: [ERROR]}}
+      - {name: baseline, type: probabilistic, probabilistic: {sampling_percentage: 10}}";
 
 /// The front tier: OTLP over gRPC and HTTP in, `load_balancing` (the new type name) out.
 fn front_config(backends: &[SocketAddr]) -> String {
@@ -114,36 +77,19 @@ service:
     )
 }
 
-/// Starts the two sampling replicas on 127.0.0.2 and 127.0.0.3 with one port, chosen free
-/// on the first address; a port taken meanwhile on the second is retried (at most 5 times).
+/// Starts the two sampling replicas on 127.0.0.2 and 127.0.0.3 with one port, each
+/// exporting to its sink; returns them and their addresses.
 async fn start_samplers(sinks: [SocketAddr; 2]) -> (Vec<Gateway>, Vec<SocketAddr>) {
-    for _ in 0..5 {
-        let port = TcpListener::bind("127.0.0.2:0")
-            .expect("127.0.0.2 is a loopback address")
-            .local_addr()
-            .expect("bound")
-            .port();
-        let addrs: Vec<SocketAddr> = ["127.0.0.2", "127.0.0.3"]
-            .iter()
-            .map(|ip| format!("{ip}:{port}").parse().expect("address"))
-            .collect();
-        let mut gateways = Vec::new();
-        for (addr, sink) in addrs.iter().zip(sinks) {
-            let config = tailgate::config::load_str(&[&sampler_config(*addr, sink)])
-                .expect("sampler config is valid");
-            match Gateway::start(config).await {
-                Ok(gateway) => gateways.push(gateway),
-                Err(_) => break,
-            }
-        }
-        if gateways.len() == 2 {
-            return (gateways, addrs);
-        }
-        for gateway in gateways {
-            let _ = gateway.shutdown().await;
-        }
-    }
-    panic!("no port free on both 127.0.0.2 and 127.0.0.3");
+    let ips = ["127.0.0.2", "127.0.0.3"];
+    let (gateways, port) = replicas::start_on_one_port(&ips, |listen, i| {
+        replicas::sampler_config(listen, sinks[i], SEED_POLICIES)
+    })
+    .await;
+    let addrs = ips
+        .iter()
+        .map(|ip| format!("{ip}:{port}").parse().expect("address"))
+        .collect();
+    (gateways, addrs)
 }
 
 fn span(trace: &[u8; 16], n: u8, parent: Option<u8>, error: bool) -> Span {

@@ -5,7 +5,7 @@
 //! leave by editing dnsmasq's hosts file, as a headless Service's records change.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use tailgate::service::Gateway;
 
 use crate::support::dns::Dnsmasq;
-use crate::support::{self, OtlpSink, SinkBehavior};
+use crate::support::{self, OtlpSink, SinkBehavior, replicas};
 
 const NAME: &str = "samplers.test";
 const REPLICAS: [&str; 3] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
@@ -26,42 +26,10 @@ const SPANS_PER_TRACE: usize = 2;
 /// Traces per request.
 const CHUNK: usize = 100;
 
-/// A sampling replica that keeps every trace, listening for OTLP/gRPC on `listen`,
-/// exporting to `sink`.
-fn sampler_config(listen: SocketAddr, sink: SocketAddr) -> String {
-    format!(
-        r#"
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: {listen}
-processors:
-  tail_sampling:
-    decision_wait: 1s
+/// A replica's `tail_sampling` settings: keep every trace.
+const KEEP_ALL: &str = "    decision_wait: 1s
     policies:
-      - name: all
-        type: always_sample
-  batch:
-    send_batch_size: 512
-    timeout: 50ms
-exporters:
-  otlp/sink:
-    endpoint: {sink}
-    tls:
-      insecure: true
-service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [tail_sampling, batch]
-      exporters: [otlp/sink]
-  telemetry:
-    metrics:
-      address: 127.0.0.1:0
-"#
-    )
-}
+      - {name: all, type: always_sample}";
 
 /// The front tier: `loadbalancing` with the DNS resolver asking `nameserver` every 200ms.
 fn front_config(nameserver: SocketAddr, port: u16) -> String {
@@ -104,33 +72,12 @@ service:
     )
 }
 
-/// Starts one replica per address of [`REPLICAS`], all on one port chosen free on the
-/// first address; a port taken meanwhile on another is retried (at most 5 times).
+/// Starts one replica per address of [`REPLICAS`] on one port, each exporting to its sink.
 async fn start_samplers(sinks: &[SocketAddr]) -> (Vec<Gateway>, u16) {
-    for _ in 0..5 {
-        let port = TcpListener::bind("127.0.0.2:0")
-            .expect("127.0.0.2 is a loopback address")
-            .local_addr()
-            .expect("bound")
-            .port();
-        let mut gateways = Vec::new();
-        for (ip, sink) in REPLICAS.iter().zip(sinks) {
-            let listen: SocketAddr = format!("{ip}:{port}").parse().expect("address");
-            let config = tailgate::config::load_str(&[&sampler_config(listen, *sink)])
-                .expect("sampler config is valid");
-            match Gateway::start(config).await {
-                Ok(gateway) => gateways.push(gateway),
-                Err(_) => break,
-            }
-        }
-        if gateways.len() == REPLICAS.len() {
-            return (gateways, port);
-        }
-        for gateway in gateways {
-            let _ = gateway.shutdown().await;
-        }
-    }
-    panic!("no port free on all of {REPLICAS:?}");
+    replicas::start_on_one_port(&REPLICAS, |listen, i| {
+        replicas::sampler_config(listen, sinks[i], KEEP_ALL)
+    })
+    .await
 }
 
 /// Part 0 (the child) or 1 (the root) of each trace of `traces`, as one request.

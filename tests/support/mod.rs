@@ -7,6 +7,7 @@ pub mod dns;
 pub mod metrics_sink;
 pub mod process;
 pub mod prometheus;
+pub mod replicas;
 pub mod sink;
 
 use std::net::SocketAddr;

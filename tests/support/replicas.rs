@@ -1,0 +1,78 @@
+//! Several gateways on one port over distinct loopback addresses (127.0.0.2, 127.0.0.3, ...),
+//! as the pods behind a headless Service: the sampling tier of the load-balancing tests.
+
+use std::net::{SocketAddr, TcpListener};
+
+use tailgate::service::Gateway;
+
+/// The config of a sampling replica: OTLP/gRPC on `listen`, then the processors
+/// `tail_sampling` (its settings as the YAML mapping `tail_sampling`, indented by four
+/// spaces) and `batch`, exporting to the OTLP sink at `sink`.
+pub fn sampler_config(listen: SocketAddr, sink: SocketAddr, tail_sampling: &str) -> String {
+    format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: {listen}
+processors:
+  tail_sampling:
+{tail_sampling}
+  batch:
+    send_batch_size: 512
+    timeout: 50ms
+exporters:
+  otlp/sink:
+    endpoint: {sink}
+    tls:
+      insecure: true
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [tail_sampling, batch]
+      exporters: [otlp/sink]
+  telemetry:
+    metrics:
+      address: 127.0.0.1:0
+"#
+    )
+}
+
+/// Starts one gateway per address of `ips`, all listening on one port chosen free on the
+/// first address, with the config `config(listen address, index in ips)`. A port taken
+/// meanwhile on another address is retried, at most 5 times.
+///
+/// # Panics
+///
+/// When a config does not load, or no port was free on every address in 5 tries.
+pub async fn start_on_one_port(
+    ips: &[&str],
+    config: impl Fn(SocketAddr, usize) -> String,
+) -> (Vec<Gateway>, u16) {
+    for _ in 0..5 {
+        let port = TcpListener::bind(format!("{}:0", ips[0]))
+            .expect("a loopback address")
+            .local_addr()
+            .expect("bound")
+            .port();
+        let mut gateways = Vec::new();
+        for (index, ip) in ips.iter().enumerate() {
+            let listen: SocketAddr = format!("{ip}:{port}").parse().expect("address");
+            let config = tailgate::config::load_str(&[&config(listen, index)])
+                .expect("replica config is valid");
+            match Gateway::start(config).await {
+                Ok(gateway) => gateways.push(gateway),
+                Err(_) => break,
+            }
+        }
+        if gateways.len() == ips.len() {
+            return (gateways, port);
+        }
+        for gateway in gateways {
+            let _ = gateway.shutdown().await;
+        }
+    }
+    panic!("no port free on all of {ips:?}");
+}
