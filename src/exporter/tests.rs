@@ -141,8 +141,8 @@ fn sent(registry: &Registry, exporter: &str) -> Option<f64> {
     )
 }
 
-/// Fast retries, a bounded queue, plaintext.
-fn otlp_config(endpoint: String) -> OtlpExporterConfig {
+/// Fast retries, a bounded queue, plaintext (also the loadbalancing tests' template).
+pub(super) fn otlp_config(endpoint: String) -> OtlpExporterConfig {
     OtlpExporterConfig {
         endpoint,
         traces_endpoint: None,

@@ -374,6 +374,20 @@ async fn partial_success_counts_the_rejected() {
 
 // === sending queue ===
 
+/// A delivery whose transport holds every attempt until `gate` gets a permit (the gate,
+/// the transport to read its attempts, and the delivery).
+fn held_delivery(shared: &Arc<Shared>) -> (Arc<Semaphore>, Scripted, Arc<BatchDelivery<Scripted>>) {
+    let gate = Arc::new(Semaphore::new(0));
+    let mut transport = Scripted::new([]);
+    transport.gate = Some(gate.clone());
+    let delivery = Arc::new(BatchDelivery::new(
+        shared.clone(),
+        transport.clone(),
+        exact(10, 100, None),
+    ));
+    (gate, transport, delivery)
+}
+
 /// Scenario: a queue of capacity 2 with one consumer whose transport holds every attempt;
 /// batch 1 is in the consumer's hands, batches 2 and 3 fill the queue; then the transport
 /// is released; paused time.
@@ -383,14 +397,7 @@ async fn partial_success_counts_the_rejected() {
 #[tokio::test(start_paused = true)]
 async fn a_full_queue_makes_push_wait() {
     let (registry, shared) = shared();
-    let gate = Arc::new(Semaphore::new(0));
-    let mut transport = Scripted::new([]);
-    transport.gate = Some(gate.clone());
-    let delivery = Arc::new(BatchDelivery::new(
-        shared.clone(),
-        transport.clone(),
-        exact(10, 100, None),
-    ));
+    let (gate, transport, delivery) = held_delivery(&shared);
     let queue = Arc::new(MemoryQueue::start(&shared, &delivery, 1, 2, 1));
     queue.push(&shared, 0, batch(1, 1)).await.unwrap();
     tokio::task::yield_now().await;
@@ -449,14 +456,7 @@ async fn a_full_queue_makes_push_wait() {
 #[tokio::test(start_paused = true)]
 async fn reclaim_hands_back_what_is_queued() {
     let (registry, shared) = shared();
-    let gate = Arc::new(Semaphore::new(0));
-    let mut transport = Scripted::new([]);
-    transport.gate = Some(gate.clone());
-    let delivery = Arc::new(BatchDelivery::new(
-        shared.clone(),
-        transport.clone(),
-        exact(10, 100, None),
-    ));
+    let (gate, transport, delivery) = held_delivery(&shared);
     let queue = MemoryQueue::start(&shared, &delivery, 1, 10, 1);
     for tag in 1..=4 {
         queue.push(&shared, 0, batch(tag, 1)).await.unwrap();

@@ -2,7 +2,6 @@
 //! loopback gRPC sinks, including a membership change that re-routes a removed backend's
 //! queued batches.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -29,12 +28,12 @@ use super::exporter::split_by_owner;
 use super::ring::Ring;
 use super::{LoadBalancer, LoadBalancerMetricFamilies};
 use crate::config::{
-    ComponentId, Compression, DnsResolverConfig, LoadBalancingConfig, OtlpExporterConfig,
-    QueueConfig, ResolverConfig, RetryConfig, RoutingKey, TlsClientConfig,
+    ComponentId, DnsResolverConfig, LoadBalancingConfig, OtlpExporterConfig, QueueConfig,
+    ResolverConfig, RoutingKey,
 };
 use crate::exporter::core::error::ExportError;
 use crate::exporter::core::metrics::ExporterMetricFamilies;
-use crate::exporter::tests::value;
+use crate::exporter::tests::{otlp_config, value};
 use crate::otlp::TraceId;
 use crate::payload::TraceBatch;
 
@@ -143,31 +142,15 @@ fn addresses(ports: &[u16]) -> Vec<String> {
 
 /// Plaintext, no compression, fast retries, a queue of `queue_size` with one consumer.
 fn template(queue_size: usize) -> OtlpExporterConfig {
+    let otlp = otlp_config(String::new());
     OtlpExporterConfig {
-        endpoint: String::new(),
-        traces_endpoint: None,
-        metrics_endpoint: None,
-        tls: TlsClientConfig {
-            insecure: true,
-            ..Default::default()
-        },
-        headers: BTreeMap::new(),
-        compression: Compression::None,
         timeout: Duration::from_secs(20),
         sending_queue: QueueConfig {
-            enabled: true,
             queue_size: NonZeroUsize::new(queue_size).unwrap(),
             num_consumers: NonZeroUsize::new(1).unwrap(),
-            storage: None,
+            ..otlp.sending_queue
         },
-        retry_on_failure: RetryConfig {
-            enabled: true,
-            initial_interval: Duration::from_millis(10),
-            max_interval: Duration::from_millis(50),
-            max_elapsed_time: Some(Duration::from_secs(30)),
-            multiplier: 1.5,
-            randomization_factor: 0.5,
-        },
+        ..otlp
     }
 }
 
