@@ -15,8 +15,7 @@ cargo build --locked --bin tailgate
 TAILGATE_BIN="$PWD/target/debug/tailgate" ./scripts/check-deploy.sh
 
 echo "== test dependencies (Prometheus server for the remote-write tests, dnsmasq for the DNS resolver tests)"
-./scripts/install-prometheus.sh
-./scripts/install-dnsmasq.sh
+./scripts/install-test-servers.sh
 
 echo "== benches, once each (criterion's test mode)"
 cargo test --locked --bench otlp_wire --bench pipeline_paths

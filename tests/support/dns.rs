@@ -57,10 +57,10 @@ impl Dnsmasq {
     ///
     /// # Panics
     ///
-    /// When dnsmasq is not installed (run `scripts/install-dnsmasq.sh`) or does not answer.
+    /// When dnsmasq is not installed (run `scripts/install-test-servers.sh`) or does not answer.
     pub async fn start(hosts: &[(&str, &str)]) -> Self {
         let binary = binary().expect(
-            "the `dnsmasq` binary is not installed: run scripts/install-dnsmasq.sh \
+            "the `dnsmasq` binary is not installed: run scripts/install-test-servers.sh \
              (installs Debian's dnsmasq-base package) before these tests",
         );
         let mut dir = tempfile::tempdir().expect("temp dir");

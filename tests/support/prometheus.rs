@@ -336,7 +336,7 @@ impl Prometheus {
     ///
     /// # Panics
     ///
-    /// When the `prometheus` binary is not on PATH (run `scripts/install-prometheus.sh`), or
+    /// When the `prometheus` binary is not on PATH (run `scripts/install-test-servers.sh`), or
     /// it does not become ready.
     pub async fn start() -> Self {
         let found = Command::new("prometheus")
@@ -347,7 +347,7 @@ impl Prometheus {
             .is_ok_and(|s| s.success());
         assert!(
             found,
-            "the `prometheus` binary is not on PATH: run scripts/install-prometheus.sh \
+            "the `prometheus` binary is not on PATH: run scripts/install-test-servers.sh \
              (installs Debian's prometheus package) before these tests"
         );
         let dir = tempfile::tempdir().expect("temp dir");
