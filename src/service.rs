@@ -228,6 +228,10 @@ impl Gateway {
                 receivers_stopped.clone(),
             )));
         }
+        // One tier: load balancers deliver to this process's own receivers in-process.
+        pipelines
+            .attach_local_receivers(&addresses.grpc, &sinks)
+            .await;
         drop(sinks);
         drop(metrics_sinks);
 

@@ -1,7 +1,11 @@
 //! The staged drain protocol, run on SIGTERM or SIGINT.
 //!
-//! 1. Readiness fails (`health_check` answers 503) and the receivers stop accepting
-//!    connections (traces and metrics alike); requests already admitted finish.
+//! 0. Readiness fails (`health_check` answers 503). A replica whose samplers follow a
+//!    ring (`tail_sampling.hand_off`) leaves it: it takes itself out of its own ring, its
+//!    samplers hand their undecided traces to the new owners, and it keeps receiving and
+//!    forwarding for `hand_off.leave_delay` while its peers' resolvers notice.
+//! 1. The receivers stop accepting connections (traces and metrics alike); requests
+//!    already admitted finish.
 //! 2. When the receivers are gone, their senders are dropped, so each traces pipeline's
 //!    input closes: tail samplers decide what they hold, processors flush their partial
 //!    batches downstream and end. A `forward` connector's entry into the next traces
@@ -80,6 +84,15 @@ impl Gateway {
         self.health.set(HealthState::Draining);
         tracing::info!(event = "shutdown.started", timeout = ?timeout);
         let mut completed = true;
+
+        // 0. A replica that follows a ring leaves it first: its peers take over what it
+        //    owned, it hands off what it holds, and it keeps receiving (forwarding what
+        //    still reaches it) while the peers' resolvers notice.
+        if let Some(leave_delay) = self.pipelines.leave().await {
+            tracing::info!(event = "shutdown.leaving", leave_delay = ?leave_delay);
+            let until = (Instant::now() + leave_delay).min(deadline);
+            tokio::time::sleep_until(until).await;
+        }
 
         let stages = self.pipelines.into_parts();
         let give_up = &stages.give_up;

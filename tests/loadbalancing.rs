@@ -24,12 +24,12 @@ use crate::support::{self, OtlpSink, SinkBehavior, replicas};
 
 const TRACES: usize = 3_000;
 /// Spans per trace: two leaves, a middle span (ERROR in error traces), and the root.
-const SPANS_PER_TRACE: usize = 4;
+pub(crate) const SPANS_PER_TRACE: usize = 4;
 /// Traces per request.
 const CHUNK: usize = 150;
 
 /// The seed's policies (errors, then 10%), as a replica's `tail_sampling` settings.
-const SEED_POLICIES: &str = "    decision_wait: 5s
+pub(crate) const SEED_POLICIES: &str = "    decision_wait: 5s
     decision_wait_after_root_received: 500ms
     policies:
       - {name: errors, type: status_code, status_code: {status_codes: [ERROR]}}
@@ -110,7 +110,7 @@ fn span(trace: &[u8; 16], n: u8, parent: Option<u8>, error: bool) -> Span {
 
 /// Part `part` (0, 1 or 2) of each trace in `traces`, as one request: the two leaves, then
 /// the middle span (ERROR in error traces), then the root, as real traces end.
-fn request(traces: &[([u8; 16], bool)], part: usize) -> ExportTraceServiceRequest {
+pub(crate) fn request(traces: &[([u8; 16], bool)], part: usize) -> ExportTraceServiceRequest {
     let spans = traces
         .iter()
         .flat_map(|(id, error)| match part {

@@ -11,6 +11,7 @@ mod loadbalancing;
 mod loadbalancing_dns;
 mod metrics_e2e;
 mod module_graph;
+mod one_tier;
 mod outage;
 mod overload;
 mod prometheus_e2e;

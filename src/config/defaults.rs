@@ -82,6 +82,13 @@ pub(crate) const TAIL_NON_SAMPLED_CACHE_SIZE: usize = 1_000_000;
 pub(crate) const TAIL_STRING_CACHE_MAX_SIZE: usize = 128;
 
 /// `processors.tail_sampling.sampling_strategy`: the only strategy tailgate implements.
+/// `tail_sampling.hand_off.debounce`: a DNS answer that changes twice in a row (a rolling
+/// restart) costs one hand-off, not two.
+pub(crate) const HAND_OFF_DEBOUNCE: Duration = Duration::from_secs(1);
+
+/// `tail_sampling.hand_off.leave_delay`: one DNS `interval` (5s) of the peers' resolvers.
+pub(crate) const HAND_OFF_LEAVE_DELAY: Duration = Duration::from_secs(5);
+
 pub(crate) const TAIL_SAMPLING_STRATEGY: &str = "trace-complete";
 
 /// `exporters.<otlp>.compression`.

@@ -147,12 +147,68 @@ pub(crate) fn validate(problems: &mut Problems, config: &Config) {
         }
     }
     check_queue_storage(problems, config);
+    check_hand_off(problems, config);
     check_one_memory_limiter(problems, config);
     if let Some(cycle) = find_cycle(config) {
         problems.add(
             "service.pipelines",
             format!("the pipelines form a cycle through connectors: {cycle}"),
         );
+    }
+}
+
+/// `processors.<tail_sampling>.hand_off.exporter` names a `loadbalancing` exporter that a
+/// traces pipeline uses: the one whose ring the sampler follows, started with the pipelines.
+fn check_hand_off(problems: &mut Problems, config: &Config) {
+    for (id, processor) in &config.processors {
+        let ProcessorConfig::TailSampling(tail) = processor else {
+            continue;
+        };
+        let Some(hand_off) = &tail.hand_off else {
+            continue;
+        };
+        let path = join(
+            &join(&join("processors", &id.written), "hand_off"),
+            "exporter",
+        );
+        let named = &hand_off.exporter;
+        let defined = config
+            .exporters
+            .iter()
+            .find(|(exporter, _)| exporter.kind == named.kind && exporter.name == named.name);
+        let Some((exporter_id, exporter)) = defined else {
+            problems.add(
+                &path,
+                format!("{:?} is not defined under exporters", named.written),
+            );
+            continue;
+        };
+        if !matches!(exporter, ExporterConfig::LoadBalancing(_)) {
+            problems.add(
+                &path,
+                format!(
+                    "{} is not a loadbalancing exporter: hand_off follows the ring of a \
+                     loadbalancing exporter",
+                    named.written
+                ),
+            );
+            continue;
+        }
+        let used = config
+            .service
+            .pipelines
+            .iter()
+            .any(|(pid, p)| pid.signal == Signal::Traces && p.exporters.contains(exporter_id));
+        if !used {
+            problems.add(
+                &path,
+                format!(
+                    "{} is not used by any traces pipeline: list it in the pipeline that \
+                     routes the senders' spans (e.g. traces/route)",
+                    named.written
+                ),
+            );
+        }
     }
 }
 

@@ -252,6 +252,12 @@ fn tail_sampling(out: &mut Out, tail: &TailSamplingConfig) {
     out.limit(2, "maximum_trace_size_bytes", tail.maximum_trace_size_bytes);
     out.plain(2, "block_on_overflow", tail.block_on_overflow);
     out.plain(2, "record_policy", tail.record_policy);
+    if let Some(hand_off) = &tail.hand_off {
+        out.line(2, "hand_off:");
+        out.plain(3, "exporter", &hand_off.exporter.written);
+        out.plain(3, "debounce", duration::format(hand_off.debounce));
+        out.plain(3, "leave_delay", duration::format(hand_off.leave_delay));
+    }
     out.line(2, "policies:");
     for policy in &tail.policies {
         render_policy(out, 3, policy);

@@ -24,9 +24,11 @@ use super::common::Reader;
 use super::defaults;
 use super::error::{Problems, join};
 use super::fields::Fields;
+use super::ids::{self, Section};
 use super::value::Value;
 use super::{
-    PolicyConfig, PolicyKind, ProcessorConfig, RegexValues, StatusCodeName, TailSamplingConfig,
+    HandOffConfig, PolicyConfig, PolicyKind, ProcessorConfig, RegexValues, StatusCodeName,
+    TailSamplingConfig,
 };
 
 /// Every policy type tailgate knows, in the Collector's documentation order.
@@ -82,6 +84,7 @@ pub(crate) const PROCESSOR: Reader<ProcessorConfig> = Reader {
         "block_on_overflow",
         "record_policy",
         "policies",
+        "hand_off",
         "sampling_strategy",
         "num_shards",
     ],
@@ -166,7 +169,50 @@ fn processor(problems: &mut Problems, fields: &Fields<'_>) -> ProcessorConfig {
             .unwrap_or(false),
         record_policy: fields.boolean(problems, "record_policy").unwrap_or(false),
         policies,
+        hand_off: hand_off(problems, fields),
     })
+}
+
+/// `hand_off`: which `loadbalancing` exporter's ring to follow. That it names a
+/// `loadbalancing` exporter of a traces pipeline is checked with the whole config
+/// (`graph::validate`).
+fn hand_off(problems: &mut Problems, fields: &Fields<'_>) -> Option<HandOffConfig> {
+    if !fields.has("hand_off") {
+        return None;
+    }
+    let hand_off = fields.child(
+        problems,
+        "hand_off",
+        &["exporter", "debounce", "leave_delay"],
+        &[],
+    );
+    let debounce = hand_off
+        .duration(problems, "debounce")
+        .unwrap_or(defaults::HAND_OFF_DEBOUNCE);
+    let leave_delay = hand_off
+        .duration(problems, "leave_delay")
+        .unwrap_or(defaults::HAND_OFF_LEAVE_DELAY);
+    let Some(written) = hand_off.string(problems, "exporter") else {
+        if !hand_off.wrong_type() {
+            problems.add(
+                hand_off.key_path("exporter"),
+                "must name the loadbalancing exporter whose ring this sampler follows, e.g. \
+                 `exporter: loadbalancing`",
+            );
+        }
+        return None;
+    };
+    match ids::component_id(Section::Exporters, &written) {
+        Ok(exporter) => Some(HandOffConfig {
+            exporter,
+            debounce,
+            leave_delay,
+        }),
+        Err(message) => {
+            problems.add(hand_off.key_path("exporter"), message);
+            None
+        }
+    }
 }
 
 /// A non-negative size that fits `usize`.

@@ -233,6 +233,25 @@ pub struct TailSamplingConfig {
     pub record_policy: bool,
     /// `policies`: at least one; names non-empty and unique.
     pub policies: Vec<PolicyConfig>,
+    /// `hand_off` (tailgate key, default off): follow a `loadbalancing` exporter's ring and
+    /// hand undecided traces to their new owner when its membership changes.
+    pub hand_off: Option<HandOffConfig>,
+}
+
+/// `processors.tail_sampling.hand_off`: how a sampler that is one of several replicas keeps
+/// traces whole through membership changes (see `docs/scaling.md`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandOffConfig {
+    /// `exporter`: the `loadbalancing` exporter whose ring says which replica owns a trace;
+    /// one of its backends is this process's own receiver.
+    pub exporter: ComponentId,
+    /// `debounce` (default 1s): how long after a membership change the sampler waits for
+    /// the next one before it hands off the traces it no longer owns.
+    pub debounce: Duration,
+    /// `leave_delay` (default 5s): on SIGTERM, how long the replica, out of its own ring,
+    /// keeps receiving and forwarding what its peers still send it before its receivers
+    /// stop (the peers' resolvers need about one `interval` to see it gone).
+    pub leave_delay: Duration,
 }
 
 /// One policy of `tail_sampling.policies` (or a sub-policy of `and`, `not`, `drop` or

@@ -28,8 +28,8 @@ pub use batch::{Inspected, MetricsBatch, Payload, TraceBatch};
 pub use edge::{BoxFuture, Consumer, Downstream, ExporterFanout, Lost, SharedConsumer, Target};
 pub use give_up::{GiveUp, GiveUpSignal, LossCounter};
 pub use sink::{
-    ADMISSION_WAIT, DirectEntry, MetricsSink, PipelineInput, RETRY_AFTER_FULL, Sink, TracesSink,
-    Undelivered,
+    ADMISSION_WAIT, Arrival, DirectEntry, HAND_OFF_HEADER, MetricsSink, PipelineInput,
+    RETRY_AFTER_FULL, Sink, TracesSink, Undelivered,
 };
 
 pub use crate::config::Signal;

@@ -28,6 +28,23 @@ pub const RETRY_AFTER_FULL: Duration = crate::error::RETRY_AFTER;
 /// awaited instead: they wake the waiter when a slot frees).
 const DIRECT_RETRY: Duration = Duration::from_millis(20);
 
+/// The gRPC metadata key that marks an export request as a hand-off between samplers (see
+/// [`Arrival::HandOff`]); its value is ignored.
+pub const HAND_OFF_HEADER: &str = "tailgate-handoff";
+
+/// How a batch reached the receiver that admits it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Arrival {
+    /// Sent by a sender, or routed by a load balancer: spans as they were produced.
+    #[default]
+    Sent,
+    /// Handed off by a peer's sampler (the request carried [`HAND_OFF_HEADER`]): whole
+    /// traces it held undecided and no longer owns, or spans of traces it does not own.
+    /// A sampler keeps these, whichever replica its own ring says owns them, so two
+    /// samplers whose rings briefly disagree do not pass spans back and forth.
+    HandOff,
+}
+
 /// A stage that takes batches synchronously on the caller's task instead of through a
 /// queue (the tail sampler, whose buffer is its queue).
 pub trait DirectEntry<P: Payload>: Send + Sync + fmt::Debug {
@@ -38,14 +55,20 @@ pub trait DirectEntry<P: Payload>: Send + Sync + fmt::Debug {
     /// A retryable [`PipelineError::Overloaded`] while the stage is full.
     fn check_room(&self) -> Result<(), PipelineError>;
 
-    /// Takes `batch`; `views` are those of its request when the receiver's walk made them
-    /// ([`Payload::inspect`] of exactly these bytes), so the stage need not walk it again.
+    /// Takes `batch`, which arrived as `arrival` says; `views` are those of its request
+    /// when the receiver's walk made them ([`Payload::inspect`] of exactly these bytes), so
+    /// the stage need not walk it again.
     ///
     /// # Errors
     ///
     /// [`PipelineError::Malformed`] when the stage parses the request itself and it does
     /// not parse (receivers have validated it, so only for batches made elsewhere).
-    fn take(&self, batch: &P, views: Option<&P::Views>) -> Result<(), PipelineError>;
+    fn take(
+        &self,
+        batch: &P,
+        views: Option<&P::Views>,
+        arrival: Arrival,
+    ) -> Result<(), PipelineError>;
 }
 
 /// The entry of one pipeline.
@@ -196,12 +219,13 @@ impl<P: Payload> Sink<P> {
     ///
     /// Cancelling drops the reserved slots; no pipeline receives the batch.
     pub async fn accept(&self, batch: P) -> Result<(), PipelineError> {
-        self.accept_with_views(batch, None).await
+        self.accept_with_views(batch, None, Arrival::Sent).await
     }
 
     /// [`accept`](Self::accept), with the views of `batch`'s request when the caller has
     /// already made them ([`Payload::inspect`] of exactly those bytes): directly fed
-    /// stages then use them instead of walking the request again.
+    /// stages then use them instead of walking the request again. Directly fed stages
+    /// learn how it arrived (`arrival`).
     ///
     /// # Errors
     ///
@@ -214,8 +238,10 @@ impl<P: Payload> Sink<P> {
         &self,
         batch: P,
         views: Option<&P::Views>,
+        arrival: Arrival,
     ) -> Result<(), PipelineError> {
-        self.admit(batch, views, Some(ADMISSION_WAIT)).await
+        self.admit(batch, views, arrival, Some(ADMISSION_WAIT))
+            .await
     }
 
     /// Admits `batch` like [`accept`](Self::accept), but waits as long as a pipeline is
@@ -246,7 +272,7 @@ impl<P: Payload> Sink<P> {
 
     async fn deliver_waiting(&self, batch: P) -> Result<(), Undelivered> {
         loop {
-            match self.admit(batch.clone(), None, None).await {
+            match self.admit(batch.clone(), None, Arrival::Sent, None).await {
                 Ok(()) => return Ok(()),
                 Err(PipelineError::Overloaded { .. }) => tokio::time::sleep(DIRECT_RETRY).await,
                 Err(_) => return Err(Undelivered::Closed),
@@ -260,6 +286,7 @@ impl<P: Payload> Sink<P> {
         &self,
         batch: P,
         views: Option<&P::Views>,
+        arrival: Arrival,
         wait: Option<Duration>,
     ) -> Result<(), PipelineError> {
         let mut permits = Vec::with_capacity(self.inputs.len());
@@ -289,7 +316,7 @@ impl<P: Payload> Sink<P> {
             }
         }
         for entry in direct {
-            entry.take(&batch, views)?;
+            entry.take(&batch, views, arrival)?;
         }
         // Queued batches hold their buffer until the next stage is done with it.
         let batch = match (&self.budget, permits.is_empty()) {

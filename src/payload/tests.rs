@@ -48,6 +48,7 @@ impl DirectEntry<TraceBatch> for RecordingEntry {
         &self,
         batch: &TraceBatch,
         views: Option<&<TraceBatch as Payload>::Views>,
+        _arrival: Arrival,
     ) -> Result<(), PipelineError> {
         self.with_views.store(views.is_some(), Ordering::SeqCst);
         self.taken
@@ -198,7 +199,7 @@ async fn views_reach_direct_entries() {
         entry: entry.clone(),
     };
     let sink = Sink::new(vec![direct], budget.clone());
-    sink.accept_with_views(batch(1), Some(&Vec::new()))
+    sink.accept_with_views(batch(1), Some(&Vec::new()), Arrival::Sent)
         .await
         .unwrap();
     assert!(entry.with_views.load(Ordering::SeqCst));

@@ -10,7 +10,9 @@
 //! `spanmetrics` from traces into metrics.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus::Registry;
 use tokio::sync::mpsc;
@@ -22,7 +24,7 @@ use crate::config::{
     ProcessorConfig, Signal,
 };
 use crate::connector::{ForwardConnector, SpanMetricsFlusher, SpanMetricsMetricFamilies};
-use crate::exporter::loadbalancing::LoadBalancerMetricFamilies;
+use crate::exporter::loadbalancing::{LoadBalancer, LoadBalancerMetricFamilies};
 use crate::exporter::remote_write::RemoteWriteMetricFamilies;
 use crate::exporter::{
     ExporterError, ExporterMetricFamilies, FailureReason, MetricsExporter, QueueStorage,
@@ -35,7 +37,7 @@ use crate::payload::{
     TracesSink,
 };
 use crate::sampler::policy::{PolicyError, PolicySet};
-use crate::sampler::{SamplerMetricFamilies, SamplerSettings, TailSampler};
+use crate::sampler::{HandOffSettings, Peers, SamplerMetricFamilies, SamplerSettings, TailSampler};
 
 /// How many requests a pipeline's input queue holds before receivers wait.
 pub const PIPELINE_INPUT_CAPACITY: usize = 64;
@@ -99,6 +101,17 @@ pub struct Pipelines {
     /// The sink of each receiver that feeds at least one metrics pipeline.
     pub metrics_sinks: BTreeMap<ComponentId, MetricsSink>,
     stages: DrainStages,
+    load_balancers: Vec<RunningLoadBalancer>,
+}
+
+/// A running `loadbalancing` exporter, as the gateway's start and shutdown need it.
+struct RunningLoadBalancer {
+    load_balancer: Arc<LoadBalancer>,
+    /// Receivers that feed the pipelines exporting to it: never its local backends (that
+    /// would route spans back into the pipeline that routed them).
+    upstream: BTreeSet<ComponentId>,
+    /// `hand_off.leave_delay` of the samplers that follow its ring; `None` when none does.
+    leave_delay: Option<Duration>,
 }
 
 impl Pipelines {
@@ -112,6 +125,46 @@ impl Pipelines {
         for (_, exporter) in &self.stages.traces_exporters {
             exporter.started().await;
         }
+    }
+
+    /// Makes this process's OTLP/gRPC receivers (bound addresses in `grpc`, by receiver
+    /// id; traces sinks in `sinks`) the local backends of every load balancer, except
+    /// those receivers that feed it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe.
+    pub async fn attach_local_receivers(
+        &self,
+        grpc: &BTreeMap<String, SocketAddr>,
+        sinks: &BTreeMap<ComponentId, TracesSink>,
+    ) {
+        for running in &self.load_balancers {
+            let receivers = sinks
+                .iter()
+                .filter(|(id, _)| !running.upstream.contains(id))
+                .filter_map(|(id, sink)| Some((*grpc.get(&id.written)?, sink.clone())))
+                .collect();
+            running.load_balancer.attach_local(receivers).await;
+        }
+    }
+
+    /// Takes this process out of the rings that its samplers follow (the first step of
+    /// leaving, on SIGTERM). Returns how long to keep receiving while the peers notice
+    /// (the longest `hand_off.leave_delay`); `None` when no sampler follows a ring.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe.
+    pub async fn leave(&self) -> Option<Duration> {
+        let mut delay = None;
+        for running in &self.load_balancers {
+            if let Some(leave_delay) = running.leave_delay {
+                running.load_balancer.leave().await;
+                delay = Some(delay.unwrap_or(Duration::ZERO).max(leave_delay));
+            }
+        }
+        delay
     }
 
     /// Takes the tasks and exporters for the drain; see [`crate::shutdown`].
@@ -183,6 +236,10 @@ struct Builder<'c> {
     metrics: SignalGraph<MetricsBatch>,
     /// The span metrics flushers (see [`DrainStages::connector_tasks`]).
     connector_tasks: Vec<JoinHandle<()>>,
+    /// The load balancers started, with the consumer their pipelines share.
+    load_balancers: BTreeMap<ComponentId, (Arc<LoadBalancer>, SharedConsumer<TraceBatch>)>,
+    /// The leave delay of the samplers that follow each load balancer.
+    followed: BTreeMap<ComponentId, Duration>,
 }
 
 /// Starts every exporter, processor and connector of the pipelines in `config`.
@@ -222,6 +279,8 @@ pub fn build_pipelines(
         traces: SignalGraph::new(traces_give_up),
         metrics: SignalGraph::new(metrics_give_up),
         connector_tasks: Vec::new(),
+        load_balancers: BTreeMap::new(),
+        followed: BTreeMap::new(),
     };
     for pipeline_id in downstream_first(config) {
         match pipeline_id.signal {
@@ -230,7 +289,16 @@ pub fn build_pipelines(
             Signal::Logs => {}
         }
     }
+    let load_balancers = std::mem::take(&mut builder.load_balancers)
+        .into_iter()
+        .map(|(id, (load_balancer, _input))| RunningLoadBalancer {
+            upstream: receivers_exporting_to(config, &id),
+            leave_delay: builder.followed.get(&id).copied(),
+            load_balancer,
+        })
+        .collect();
     Ok(Pipelines {
+        load_balancers,
         traces_sinks: builder.traces.receiver_sinks(config, budget),
         metrics_sinks: builder.metrics.receiver_sinks(config, budget),
         stages: DrainStages {
@@ -244,6 +312,17 @@ pub fn build_pipelines(
             lost_points,
         },
     })
+}
+
+/// The receivers of the traces pipelines that export to `exporter`.
+fn receivers_exporting_to(config: &Config, exporter: &ComponentId) -> BTreeSet<ComponentId> {
+    config
+        .service
+        .pipelines
+        .iter()
+        .filter(|(id, p)| id.signal == Signal::Traces && p.exporters.contains(exporter))
+        .flat_map(|(_, p)| p.receivers.iter().cloned())
+        .collect()
 }
 
 /// The pipeline ids ordered so that every pipeline comes after the pipelines it feeds
@@ -290,11 +369,18 @@ trait Wiring: Payload {
     fn graph<'b>(builder: &'b mut Builder<'_>) -> &'b mut SignalGraph<Self>;
 
     fn start_exporter(
-        builder: &Builder<'_>,
+        builder: &mut Builder<'_>,
         id: &ComponentId,
         config: &ExporterConfig,
         storage: Option<&QueueStorage>,
     ) -> Result<Self::Exporter, ExporterError>;
+
+    /// The consumer that pipelines hold for exporter `id` (started as `exporter`).
+    fn pipeline_consumer(
+        builder: &Builder<'_>,
+        id: &ComponentId,
+        exporter: &Self::Exporter,
+    ) -> SharedConsumer<Self>;
 
     /// This signal's consumer of connector `id` (validation has checked the connector
     /// may end a pipeline of this signal).
@@ -322,21 +408,38 @@ impl Wiring for TraceBatch {
     }
 
     fn start_exporter(
-        builder: &Builder<'_>,
+        builder: &mut Builder<'_>,
         id: &ComponentId,
         config: &ExporterConfig,
         storage: Option<&QueueStorage>,
     ) -> Result<Self::Exporter, ExporterError> {
         if let ExporterConfig::LoadBalancing(lb) = config {
-            return TracesExporter::start_load_balancing(
+            let load_balancer = LoadBalancer::start(
                 id,
                 lb,
                 &builder.exporter_families,
                 &builder.loadbalancer_families,
-            );
+            )?;
+            let input = load_balancer.pipeline_input();
+            let handle = load_balancer.handle();
+            builder
+                .load_balancers
+                .insert(id.clone(), (load_balancer, input));
+            return Ok(handle);
         }
         let metrics = builder.exporter_families.for_exporter(id);
         TracesExporter::start(id, config, metrics, storage)
+    }
+
+    fn pipeline_consumer(
+        builder: &Builder<'_>,
+        id: &ComponentId,
+        exporter: &Self::Exporter,
+    ) -> SharedConsumer<Self> {
+        match builder.load_balancers.get(id) {
+            Some((_, input)) => input.clone(),
+            None => Arc::new(exporter.clone()),
+        }
     }
 
     fn new_connector(
@@ -376,23 +479,39 @@ impl Wiring for TraceBatch {
             processor: id.clone(),
             source,
         })?;
-        let metrics = builder.sampler_families.for_processor(
+        let mut metrics = builder.sampler_families.for_processor(
             id,
             policies.names(),
             &builder.exporter_families.dropped_spans(),
         );
-        let (ingest, intake_closed) = TailSampler::start(
+        let peers = match &tail_sampling.hand_off {
+            Some(hand_off) => {
+                let load_balancer = builder.followed_load_balancer(&hand_off.exporter)?;
+                metrics = builder.sampler_families.for_hand_off(id, metrics);
+                let peers: Arc<dyn Peers> = load_balancer;
+                let settings = HandOffSettings {
+                    debounce: hand_off.debounce,
+                };
+                Some((peers, settings))
+            }
+            None => None,
+        };
+        let (ingest, intake_closed) = TailSampler::start_following(
             SamplerSettings::from(tail_sampling),
             policies,
             metrics,
             builder.budget.clone(),
             SAMPLER_SHARDS,
+            peers,
         );
         let sampler = ingest.sampler().clone();
-        builder
-            .traces
-            .stage_tasks
-            .push(tokio::spawn(sampler.run(intake_closed, downstream.clone())));
+        let tasks = &mut builder.traces.stage_tasks;
+        tasks.push(tokio::spawn(
+            sampler.clone().run(intake_closed, downstream.clone()),
+        ));
+        if tail_sampling.hand_off.is_some() {
+            tasks.push(tokio::spawn(sampler.run_hand_off()));
+        }
         Ok(Some(Arc::new(ingest)))
     }
 }
@@ -405,7 +524,7 @@ impl Wiring for MetricsBatch {
     }
 
     fn start_exporter(
-        builder: &Builder<'_>,
+        builder: &mut Builder<'_>,
         id: &ComponentId,
         config: &ExporterConfig,
         storage: Option<&QueueStorage>,
@@ -419,6 +538,14 @@ impl Wiring for MetricsBatch {
             storage,
             Some(builder.budget),
         )
+    }
+
+    fn pipeline_consumer(
+        _builder: &Builder<'_>,
+        _id: &ComponentId,
+        exporter: &Self::Exporter,
+    ) -> SharedConsumer<Self> {
+        Arc::new(exporter.clone())
     }
 
     fn new_connector(
@@ -448,6 +575,50 @@ impl Wiring for MetricsBatch {
 }
 
 impl Builder<'_> {
+    /// The load balancer that a sampler's `hand_off.exporter` names (`named`), started if
+    /// no pipeline has started it yet; its samplers' leave delay is recorded.
+    fn followed_load_balancer(
+        &mut self,
+        named: &ComponentId,
+    ) -> Result<Arc<LoadBalancer>, BuildError> {
+        let config = self.config;
+        // Validation guarantees a loadbalancing exporter of that kind and name.
+        let Some(id) = config
+            .exporters
+            .keys()
+            .find(|id| id.kind == named.kind && id.name == named.name)
+        else {
+            return Err(BuildError::Exporter {
+                id: named.clone(),
+                source: ExporterError::Routing {
+                    exporter: named.written.clone(),
+                },
+            });
+        };
+        self.consumer::<TraceBatch>(id)?;
+        let leave_delay = config.processors.values().find_map(|p| match p {
+            ProcessorConfig::TailSampling(tail) => tail
+                .hand_off
+                .as_ref()
+                .filter(|h| h.exporter.kind == named.kind && h.exporter.name == named.name)
+                .map(|h| h.leave_delay),
+            _ => None,
+        });
+        if let Some(delay) = leave_delay {
+            let entry = self.followed.entry(id.clone()).or_insert(delay);
+            *entry = (*entry).max(delay);
+        }
+        match self.load_balancers.get(id) {
+            Some((load_balancer, _)) => Ok(load_balancer.clone()),
+            None => Err(BuildError::Exporter {
+                id: id.clone(),
+                source: ExporterError::Routing {
+                    exporter: id.written.clone(),
+                },
+            }),
+        }
+    }
+
     /// The sink a connector `id` feeds: the entries of the pipelines of signal `P` that
     /// list it as a receiver, giving up with the shutdown.
     fn connector_sink<P: Wiring>(&mut self, id: &ComponentId) -> Sink<P> {
@@ -510,7 +681,8 @@ impl Builder<'_> {
             return Ok(consumer);
         }
         if let Some((_, exporter)) = P::graph(self).exporters.iter().find(|(e, _)| e == id) {
-            return Ok(Some(Arc::new(exporter.clone())));
+            let exporter = exporter.clone();
+            return Ok(Some(P::pipeline_consumer(self, id, &exporter)));
         }
         let Some(exporter_config) = self.config.exporters.get(id) else {
             return Ok(None); // validation guarantees it is defined
@@ -526,7 +698,7 @@ impl Builder<'_> {
         P::graph(self)
             .exporters
             .push((id.clone(), exporter.clone()));
-        Ok(Some(Arc::new(exporter)))
+        Ok(Some(P::pipeline_consumer(self, id, &exporter)))
     }
 
     /// Wires pipeline `pipeline_id` of signal `P` back to front (exporters, then each

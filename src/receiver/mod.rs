@@ -31,7 +31,7 @@ use prometheus::IntGauge;
 
 use crate::error::PipelineError;
 use crate::limiter::{MemoryLimiter, Reservation};
-use crate::payload::{MetricsBatch, Payload, Sink, TraceBatch};
+use crate::payload::{Arrival, MetricsBatch, Payload, Sink, TraceBatch};
 
 /// What both transports need of a signal's intake.
 trait Intake: Clone + Send + Sync + 'static {
@@ -46,12 +46,14 @@ trait Intake: Clone + Send + Sync + 'static {
     fn reserve(&self, least: usize, most: usize) -> Result<Reservation, PipelineError>;
 
     /// Validates and admits one encoded request, held under `reservation`, which becomes
-    /// the batch's charge (or is released when the request does not enter a queue).
-    /// Returns the items (spans or data points) admitted. Every refusal is counted.
+    /// the batch's charge (or is released when the request does not enter a queue);
+    /// directly fed stages learn how it arrived (`arrival`). Returns the items (spans or
+    /// data points) admitted. Every refusal is counted.
     fn ingest(
         &self,
         request: Bytes,
         reservation: Reservation,
+        arrival: Arrival,
     ) -> impl Future<Output = Result<usize, PipelineError>> + Send;
 
     /// Counts a request refused before its items could be counted.
@@ -145,6 +147,7 @@ impl<P: Payload> SignalIntake<P> {
         &self,
         request: Bytes,
         mut reservation: Reservation,
+        arrival: Arrival,
     ) -> Result<usize, PipelineError> {
         let inspected = match P::inspect(&request, self.sink.wants_views()) {
             Ok(inspected) => inspected,
@@ -173,7 +176,7 @@ impl<P: Payload> SignalIntake<P> {
         batch.set_charge(reservation.into_charge());
         match self
             .sink
-            .accept_with_views(batch, inspected.views.as_ref())
+            .accept_with_views(batch, inspected.views.as_ref(), arrival)
             .await
         {
             Ok(()) => {
@@ -197,8 +200,9 @@ impl<P: Payload> Intake for SignalIntake<P> {
         &self,
         request: Bytes,
         reservation: Reservation,
+        arrival: Arrival,
     ) -> impl Future<Output = Result<usize, PipelineError>> + Send {
-        self.ingest_request(request, reservation)
+        self.ingest_request(request, reservation, arrival)
     }
 
     /// Its items are unknown: counted as a request only.

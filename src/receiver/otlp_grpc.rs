@@ -35,6 +35,7 @@ use crate::config::GrpcServerConfig;
 use crate::error::PipelineError;
 use crate::limiter::Reservation;
 use crate::net::Acceptor;
+use crate::payload::{Arrival, HAND_OFF_HEADER};
 
 const TRACE_SERVICE: &str = "opentelemetry.proto.collector.trace.v1.TraceService";
 const TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -215,7 +216,15 @@ impl<I: RawIntake> UnaryService<Bytes> for ExportHandler<I> {
             .unwrap_or_else(Reservation::unlimited);
         Box::pin(async move {
             // The receiver never fills partial_success, as the Collector's.
-            match intake.ingest(request.into_inner(), reservation).await {
+            let arrival = if request.metadata().contains_key(HAND_OFF_HEADER) {
+                Arrival::HandOff
+            } else {
+                Arrival::Sent
+            };
+            match intake
+                .ingest(request.into_inner(), reservation, arrival)
+                .await
+            {
                 Ok(_items) => Ok(tonic::Response::new(I::Response::default())),
                 Err(error) => Err(error.grpc_status()),
             }

@@ -34,6 +34,7 @@ use crate::config::{CorsConfig, HttpServerConfig};
 use crate::error::PipelineError;
 use crate::limiter::Reservation;
 use crate::net::{FullBody, serve_http};
+use crate::payload::Arrival;
 
 /// How long open connections may take to finish their requests once `stop` turns true.
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -248,7 +249,10 @@ impl HttpReceiver {
                 return Err(error);
             }
         };
-        let ingested = intake.ingest(protobuf, reservation).await.map(|_items| ());
+        let ingested = intake
+            .ingest(protobuf, reservation, Arrival::Sent)
+            .await
+            .map(|_items| ());
         drop(permit);
         ingested
     }

@@ -183,6 +183,16 @@ impl Shard {
 
     /// Removes and returns the trace due first, if it is due by `now` (or at all, when
     /// `force` is set).
+    /// Takes trace `trace_id` out of the shard (its deadline too), uncounting it from the
+    /// shard's totals; `None` when it is not held.
+    pub fn take(&mut self, trace_id: &TraceId) -> Option<PendingTrace> {
+        let trace = self.traces.remove(trace_id)?;
+        self.deadlines.remove(&(trace.deadline, *trace_id));
+        self.bytes = self.bytes.saturating_sub(trace.charged);
+        self.spans = self.spans.saturating_sub(trace.spans.len());
+        Some(trace)
+    }
+
     pub fn pop_due(&mut self, now: Instant, force: bool) -> Option<(TraceId, PendingTrace)> {
         let &(deadline, trace_id) = self.deadlines.first()?;
         if deadline > now && !force {

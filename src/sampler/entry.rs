@@ -3,7 +3,7 @@
 
 use super::SamplerIngest;
 use crate::error::PipelineError;
-use crate::payload::{DirectEntry, Payload, TraceBatch};
+use crate::payload::{Arrival, DirectEntry, Payload, TraceBatch};
 
 impl DirectEntry<TraceBatch> for SamplerIngest {
     fn check_room(&self) -> Result<(), PipelineError> {
@@ -14,13 +14,19 @@ impl DirectEntry<TraceBatch> for SamplerIngest {
         &self,
         batch: &TraceBatch,
         views: Option<&<TraceBatch as Payload>::Views>,
+        arrival: Arrival,
     ) -> Result<(), PipelineError> {
         match views {
             Some(resources) => {
-                self.ingest_parsed(resources);
+                self.sampler().ingest_arrival(resources, arrival);
                 Ok(())
             }
-            None => self.ingest(batch),
+            None => {
+                let resources = crate::otlp::parse_traces_request(&batch.request)
+                    .map_err(|error| PipelineError::Malformed(error.to_string()))?;
+                self.sampler().ingest_arrival(&resources, arrival);
+                Ok(())
+            }
         }
     }
 }

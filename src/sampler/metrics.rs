@@ -20,6 +20,8 @@ pub enum EarlyReason {
     MemoryPressure,
     /// The trace grew past `maximum_trace_size_bytes`.
     TraceTooLarge,
+    /// The replica was leaving (SIGTERM) and the trace could not be handed off to a peer.
+    Leaving,
 }
 
 impl EarlyReason {
@@ -28,6 +30,7 @@ impl EarlyReason {
             Self::NumTraces => "num_traces",
             Self::MemoryPressure => "memory_pressure",
             Self::TraceTooLarge => "trace_too_large",
+            Self::Leaving => "leaving",
         }
     }
 }
@@ -43,6 +46,8 @@ pub enum SpanOutcome {
     DroppedByPolicy,
     /// Dropped undecided at shutdown because `drop_pending_traces_on_shutdown` is set.
     DroppedOnShutdown,
+    /// Undecided, sent to the replica that owns its trace (`hand_off`): decided there.
+    HandedOff,
 }
 
 impl SpanOutcome {
@@ -52,6 +57,7 @@ impl SpanOutcome {
             Self::NotSampled => "not_sampled",
             Self::DroppedByPolicy => "dropped_by_policy",
             Self::DroppedOnShutdown => "dropped_on_shutdown",
+            Self::HandedOff => "handed_off",
         }
     }
 }
@@ -75,6 +81,9 @@ pub struct SamplerMetricFamilies {
     early_decisions: IntCounterVec,
     decision_delay: HistogramVec,
     spans: IntCounterVec,
+    hand_off_traces: IntCounterVec,
+    hand_off_spans: IntCounterVec,
+    forwarded_spans: IntCounterVec,
 }
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, prometheus::Error> {
@@ -195,8 +204,28 @@ impl SamplerMetricFamilies {
             spans: counter(
                 "tailgate_sampler_spans_total",
                 "Spans leaving the sampler, by outcome: sampled, not_sampled and \
-                 dropped_by_policy are decisions; dropped_on_shutdown is a loss.",
+                 dropped_by_policy are decisions; handed_off went undecided to the \
+                 replica that owns the trace; dropped_on_shutdown is a loss.",
                 &["processor", "outcome"],
+            )?,
+            hand_off_traces: counter(
+                "tailgate_sampler_handoff_traces_total",
+                "Undecided traces handed whole to the replica that owns them after a \
+                 membership change (direction=sent), or taken from a peer \
+                 (direction=received).",
+                &["processor", "direction"],
+            )?,
+            hand_off_spans: counter(
+                "tailgate_sampler_handoff_spans_total",
+                "Spans of the hand-offs in tailgate_sampler_handoff_traces_total, and \
+                 spans forwarded at arrival (sent), or taken from a peer (received).",
+                &["processor", "direction"],
+            )?,
+            forwarded_spans: counter(
+                "tailgate_sampler_forwarded_spans_total",
+                "Spans of traces owned by another replica, forwarded to it on arrival (a \
+                 peer routed them on a ring that was not yet this one's).",
+                &["processor"],
             )?,
         };
         registry.register(Box::new(families.count_traces_sampled.clone()))?;
@@ -215,7 +244,34 @@ impl SamplerMetricFamilies {
         registry.register(Box::new(families.early_decisions.clone()))?;
         registry.register(Box::new(families.decision_delay.clone()))?;
         registry.register(Box::new(families.spans.clone()))?;
+        registry.register(Box::new(families.hand_off_traces.clone()))?;
+        registry.register(Box::new(families.hand_off_spans.clone()))?;
+        registry.register(Box::new(families.forwarded_spans.clone()))?;
         Ok(families)
+    }
+
+    /// `metrics` with the hand-off counters of processor `id` (a sampler that follows a
+    /// ring with `hand_off`); only such samplers expose them.
+    pub fn for_hand_off(&self, id: &ComponentId, metrics: SamplerMetrics) -> SamplerMetrics {
+        let processor = id.written.as_str();
+        let traces = |direction| {
+            self.hand_off_traces
+                .with_label_values(&[processor, direction])
+        };
+        let spans = |direction| {
+            self.hand_off_spans
+                .with_label_values(&[processor, direction])
+        };
+        SamplerMetrics {
+            hand_off: Some(HandOffMetrics {
+                traces_sent: traces("sent"),
+                traces_received: traces("received"),
+                spans_sent: spans("sent"),
+                spans_received: spans("received"),
+                forwarded_spans: self.forwarded_spans.with_label_values(&[processor]),
+            }),
+            ..metrics
+        }
     }
 
     /// Handles for one tail_sampling processor and its policies (by index); spans it loses
@@ -268,6 +324,7 @@ impl SamplerMetricFamilies {
                 early(EarlyReason::NumTraces),
                 early(EarlyReason::MemoryPressure),
                 early(EarlyReason::TraceTooLarge),
+                early(EarlyReason::Leaving),
             ],
             decision_delay: self.decision_delay.with_label_values(&[processor]),
             spans: [
@@ -275,7 +332,9 @@ impl SamplerMetricFamilies {
                 spans(SpanOutcome::NotSampled),
                 spans(SpanOutcome::DroppedByPolicy),
                 spans(SpanOutcome::DroppedOnShutdown),
+                spans(SpanOutcome::HandedOff),
             ],
+            hand_off: None,
             lost_on_shutdown: dropped_spans.with_label_values(&["pending_on_shutdown"]),
         }
     }
@@ -298,10 +357,22 @@ pub struct SamplerMetrics {
     pub(super) spans_held: IntGauge,
     pub(super) late_bytes_held: IntGauge,
     pub(super) late_spans_held: IntGauge,
-    early: [IntCounter; 3],
+    early: [IntCounter; 4],
     pub(super) decision_delay: Histogram,
-    spans: [IntCounter; 4],
+    spans: [IntCounter; 5],
+    /// Present once the sampler follows a ring ([`SamplerMetricFamilies::for_hand_off`]).
+    pub(super) hand_off: Option<HandOffMetrics>,
     lost_on_shutdown: IntCounter,
+}
+
+/// The hand-off counters of one sampler that follows a ring.
+#[derive(Clone)]
+pub(super) struct HandOffMetrics {
+    pub(super) traces_sent: IntCounter,
+    pub(super) traces_received: IntCounter,
+    pub(super) spans_sent: IntCounter,
+    pub(super) spans_received: IntCounter,
+    pub(super) forwarded_spans: IntCounter,
 }
 
 impl SamplerMetrics {
@@ -352,6 +423,7 @@ impl SamplerMetrics {
                 self.lost_on_shutdown.inc_by(spans);
                 3
             }
+            SpanOutcome::HandedOff => 4,
         };
         self.spans[index].inc_by(spans);
     }
@@ -376,6 +448,7 @@ impl SamplerMetrics {
             EarlyReason::NumTraces => 0,
             EarlyReason::MemoryPressure => 1,
             EarlyReason::TraceTooLarge => 2,
+            EarlyReason::Leaving => 3,
         };
         self.early[index].inc();
     }

@@ -44,6 +44,7 @@
 mod buffer;
 mod cache;
 mod entry;
+mod hand_off;
 mod metrics;
 pub mod policy;
 mod rewrite;
@@ -52,6 +53,7 @@ pub mod threshold;
 #[cfg(test)]
 mod tests;
 
+pub use hand_off::{HandOffRefused, HandOffSettings, LEAVING_SWEEP, Owner, Ownership, Peers};
 pub use metrics::{EarlyReason, SamplerMetricFamilies, SamplerMetrics, SpanOutcome};
 
 use std::collections::VecDeque;
@@ -62,17 +64,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use self::buffer::{Origin, PendingTrace, Shard};
 use self::cache::{Cached, KeptDecision};
+use self::hand_off::HandOffLink;
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
 use self::threshold::Threshold;
 use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
 use crate::otlp::{ResourceSpansView, SpanView, TraceId, TraceRequestWriter, parse_traces_request};
-use crate::payload::{Downstream, Payload, TraceBatch};
+use crate::payload::{Arrival, Downstream, Payload, TraceBatch};
 
 /// The scope attribute naming the policy that kept a trace (`record_policy`).
 pub const POLICY_ATTRIBUTE: &str = "tailsampling.policy";
@@ -159,6 +162,29 @@ pub struct TailSampler {
     wake: Notify,
     metrics: SamplerMetrics,
     budget: Arc<MemoryBudget>,
+    /// The ring this sampler follows (`hand_off`), if any.
+    hand_off: Option<HandOffLink>,
+    /// Turns true when the decision task has ended: the hand-off task then flushes and
+    /// ends.
+    stopped: watch::Sender<bool>,
+}
+
+/// A span of a trace owned by another replica, forwarded at arrival.
+struct ForwardSpan<'a> {
+    /// Index of its `ScopeSpans` in the request's origins.
+    origin: usize,
+    span: &'a SpanView,
+}
+
+/// How a round of decisions treats traces not yet due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Force {
+    /// Only due traces (and the oldest, over `num_traces` or under memory pressure).
+    No,
+    /// Every trace: the sampler is stopping.
+    All,
+    /// Every trace, counted as decided early because the replica is leaving.
+    Leaving,
 }
 
 /// A late span of a kept trace, found while a request is ingested.
@@ -170,7 +196,7 @@ struct LateSpan<'a> {
 }
 
 /// One span of a request being ingested: where it goes and what it came under.
-struct Arrival<'a> {
+struct Incoming<'a> {
     /// The shard its trace id hashes to.
     shard: usize,
     /// Index of its `ResourceSpans` in the request (and of that resource's matches).
@@ -246,6 +272,20 @@ impl TailSampler {
         budget: Arc<MemoryBudget>,
         shards: usize,
     ) -> (SamplerIngest, mpsc::Receiver<()>) {
+        Self::start_following(settings, policies, metrics, budget, shards, None)
+    }
+
+    /// [`start`](Self::start) for a sampler that follows `peers`' ring (`hand_off`): run
+    /// [`run_hand_off`](Self::run_hand_off) too. `metrics` should carry the hand-off
+    /// counters ([`SamplerMetricFamilies::for_hand_off`]).
+    pub fn start_following(
+        settings: SamplerSettings,
+        policies: PolicySet,
+        metrics: SamplerMetrics,
+        budget: Arc<MemoryBudget>,
+        shards: usize,
+        peers: Option<(Arc<dyn Peers>, HandOffSettings)>,
+    ) -> (SamplerIngest, mpsc::Receiver<()>) {
         let shards = (0..shards.max(1))
             .map(|_| {
                 Mutex::new(Shard::new(
@@ -268,6 +308,8 @@ impl TailSampler {
             wake: Notify::new(),
             metrics,
             budget,
+            hand_off: peers.map(|(peers, settings)| HandOffLink::new(peers, settings)),
+            stopped: watch::channel(false).0,
         });
         let (alive, closed) = mpsc::channel(1);
         (
@@ -287,7 +329,17 @@ impl TailSampler {
     /// Bytes currently held by the sampler: charged for pending traces, plus the requests
     /// of late spans waiting for room downstream ([`late_bytes_held`](Self::late_bytes_held)).
     pub fn bytes_held(&self) -> usize {
-        self.pending_bytes() + self.late_bytes_held()
+        self.pending_bytes() + self.late_bytes_held() + self.hand_off_bytes_held()
+    }
+
+    /// Bytes of hand-offs waiting for the exporter.
+    fn hand_off_bytes_held(&self) -> usize {
+        self.hand_off.as_ref().map_or(0, HandOffLink::bytes_held)
+    }
+
+    /// Spans of hand-offs waiting for the exporter.
+    fn hand_off_spans_held(&self) -> usize {
+        self.hand_off.as_ref().map_or(0, HandOffLink::spans_held)
     }
 
     /// Bytes charged for pending traces.
@@ -317,6 +369,8 @@ impl TailSampler {
             "tail sampling buffer full"
         } else if self.late_spans_held() > 0 && self.late_spans_at_bound() {
             "late spans of kept traces wait for room downstream"
+        } else if self.hand_off_spans_held() > 0 && self.hand_off_at_bound() {
+            "hand-offs wait for room in the peers' queues"
         } else {
             return Ok(());
         };
@@ -335,6 +389,16 @@ impl TailSampler {
     fn late_spans_at_bound(&self) -> bool {
         if self.budget.soft_limit() == usize::MAX {
             self.late_spans_held() >= self.settings.num_traces
+        } else {
+            self.budget.used() >= self.budget.soft_limit()
+        }
+    }
+
+    /// True when hand-offs may not be added: as for late spans, the budget is at its soft
+    /// limit, or, without a memory limit, `num_traces` spans wait.
+    fn hand_off_at_bound(&self) -> bool {
+        if self.budget.soft_limit() == usize::MAX {
+            self.hand_off_spans_held() >= self.settings.num_traces
         } else {
             self.budget.used() >= self.budget.soft_limit()
         }
@@ -369,7 +433,21 @@ impl TailSampler {
     /// [`parse_traces_request`] (the receiver's validating walk), so it is not walked
     /// twice.
     pub fn ingest_parsed(&self, resources: &[ResourceSpansView]) {
+        self.ingest_arrival(resources, Arrival::Sent);
+    }
+
+    /// [`ingest_parsed`](Self::ingest_parsed) of a request that arrived as `arrival` says:
+    /// a sampler that follows a ring forwards the spans of traces another replica owns
+    /// when they were sent, and keeps them when they were handed off (see the `hand_off`
+    /// module).
+    pub fn ingest_arrival(&self, resources: &[ResourceSpansView], arrival: Arrival) {
         let now = Instant::now();
+        // One look at the ring per request; `None` keeps every trace here.
+        let ownership = match (&self.hand_off, arrival) {
+            (Some(link), Arrival::Sent) => Some(link.ownership()),
+            _ => None,
+        };
+        let not_before = self.hand_off.as_ref().and_then(|link| link.not_before(now));
 
         // One origin per ScopeSpans (its resource copied once per ResourceSpans), shared
         // by the traces of this request. Pending traces copy their spans into their arenas
@@ -397,7 +475,7 @@ impl TailSampler {
                     scope_schema_url: Bytes::copy_from_slice(&scope_spans.schema_url),
                 }));
                 for span in &scope_spans.spans {
-                    spans.push(Arrival {
+                    spans.push(Incoming {
                         shard: self.shard_of(&span.trace_id),
                         resource: resource_index,
                         origin: origin_index,
@@ -412,6 +490,8 @@ impl TailSampler {
         spans.sort_by(|a, b| (a.shard, &a.span.trace_id.0).cmp(&(b.shard, &b.span.trace_id.0)));
 
         let mut late = Vec::new();
+        let mut forward = Vec::new();
+        let mut received_traces = 0usize;
         let mut wake = false;
         let mut rest = &spans[..];
         while let Some(first) = rest.first() {
@@ -429,8 +509,28 @@ impl TailSampler {
                     .count();
                 let (trace_spans, after) = trace_rest.split_at(in_trace);
                 trace_rest = after;
-                wake |=
-                    self.ingest_trace(&mut shard, now, &matches, &origins, trace_spans, &mut late);
+                if arrival == Arrival::HandOff {
+                    received_traces += 1;
+                }
+                if let Some(ownership) = &ownership
+                    && ownership.owner(&trace_id) == Owner::Peer
+                    && !shard.traces.contains_key(&trace_id)
+                    && shard.cache.get(&trace_id).is_none()
+                {
+                    forward.extend(trace_spans.iter().map(|arrival| ForwardSpan {
+                        origin: arrival.origin,
+                        span: arrival.span,
+                    }));
+                    continue;
+                }
+                wake |= self.ingest_trace(
+                    &mut shard,
+                    (now, not_before),
+                    &matches,
+                    &origins,
+                    trace_spans,
+                    &mut late,
+                );
             }
         }
         if !late.is_empty() {
@@ -443,6 +543,17 @@ impl TailSampler {
             self.lock_outbox().push_back(batch);
             wake = true;
         }
+        if let Some(link) = &self.hand_off {
+            self.count_arrival(
+                arrival,
+                received_traces,
+                spans.len() - forward.len(),
+                forward.len(),
+            );
+            if !forward.is_empty() {
+                link.push(frame_forward(&origins, forward).charged(&self.budget));
+            }
+        }
         let over =
             !self.settings.block_on_overflow && self.traces_held() > self.settings.num_traces;
         if over || self.budget.under_pressure() {
@@ -454,22 +565,42 @@ impl TailSampler {
         }
     }
 
+    /// Counts, for a sampler that follows a ring, the traces and spans a request handed
+    /// over (`arrival` a hand-off), and the spans it forwarded.
+    fn count_arrival(&self, arrival: Arrival, traces: usize, kept: usize, forwarded: usize) {
+        let Some(metrics) = &self.metrics.hand_off else {
+            return;
+        };
+        if arrival == Arrival::HandOff {
+            metrics.traces_received.inc_by(traces as u64);
+            metrics.spans_received.inc_by(kept as u64);
+        }
+        if forwarded > 0 {
+            metrics.forwarded_spans.inc_by(forwarded as u64);
+            metrics.spans_sent.inc_by(forwarded as u64);
+            self.metrics
+                .record_spans(SpanOutcome::HandedOff, forwarded as u64);
+        }
+    }
+
     /// Folds the spans of one trace from one request (`spans`, in arrival order, all of
     /// the same trace id) into its shard, one span after the other. Returns true when the
     /// decision task should wake (a deadline moved earlier than it may be sleeping for,
-    /// or a late span of a kept trace waits in `late`).
+    /// or a late span of a kept trace waits in `late`). `times` is the arrival time, and
+    /// the earliest a root span may make the trace due (see the `hand_off` module).
     fn ingest_trace<'a>(
         &self,
         shard: &mut Shard,
-        now: Instant,
+        times: (Instant, Option<Instant>),
         matches: &[policy::ResourceMatches],
         origins: &[Arc<Origin>],
-        spans: &[Arrival<'a>],
+        spans: &[Incoming<'a>],
         late: &mut Vec<LateSpan<'a>>,
     ) -> bool {
         let Some(first) = spans.first() else {
             return false;
         };
+        let (now, not_before) = times;
         let trace_id = first.span.trace_id;
         let entry = match shard.traces.entry(trace_id) {
             Entry::Occupied(entry) => entry.into_mut(),
@@ -521,7 +652,7 @@ impl TailSampler {
             if span.parent_span_id.is_none() && !entry.root_seen {
                 entry.root_seen = true;
                 if let Some(wait) = self.settings.decision_wait_after_root {
-                    let due = now + wait;
+                    let due = not_before.map_or(now + wait, |at| at.max(now + wait));
                     if due < earlier.unwrap_or(entry.deadline) {
                         earlier = Some(due);
                     }
@@ -568,7 +699,9 @@ impl TailSampler {
     /// for room downstream ([`late_spans_held`](Self::late_spans_held)). What is held when
     /// the decision task is stopped before it finished is lost: this is its count.
     pub fn spans_held(&self) -> usize {
-        self.pending_spans.load(Ordering::Relaxed) + self.late_spans_held()
+        self.pending_spans.load(Ordering::Relaxed)
+            + self.late_spans_held()
+            + self.hand_off_spans_held()
     }
 
     fn publish_gauges(&self) {
@@ -581,6 +714,11 @@ impl TailSampler {
         self.metrics
             .late_spans_held
             .set(self.late_spans_held() as i64);
+    }
+
+    /// The hand-off task's stop signal: true once [`run`](Self::run) has ended.
+    fn stopped(&self) -> watch::Receiver<bool> {
+        self.stopped.subscribe()
     }
 
     /// How many of the oldest traces must be decided before their deadline, and why:
@@ -664,16 +802,28 @@ impl TailSampler {
                 () = tokio::time::sleep_until(wake_at) => {}
             }
             if open {
-                self.decide_round(false, &output).await;
+                self.decide_round(Force::No, &output).await;
             }
+        }
+        // A leaving replica hands on what reached it since the last sweep; what cannot be
+        // handed off (no peer left) is decided here and counted.
+        let leaving = self
+            .hand_off
+            .as_ref()
+            .is_some_and(|link| link.ownership().leaving());
+        if leaving {
+            self.sweep();
         }
         if self.settings.drop_pending_traces_on_shutdown {
             self.drop_pending();
-            self.decide_round(false, &output).await;
+            self.decide_round(Force::No, &output).await;
+        } else if leaving {
+            self.decide_round(Force::Leaving, &output).await;
         } else {
-            self.decide_round(true, &output).await;
+            self.decide_round(Force::All, &output).await;
         }
         self.publish_gauges();
+        self.stopped.send_replace(true);
     }
 
     /// Decides every due trace (every trace, with `force`), plus the oldest ones while
@@ -682,7 +832,7 @@ impl TailSampler {
     /// Late spans leave before each batch of decided traces ([`send`](Self::send)) and
     /// once more at the end, so a late span waits for room downstream, not for the round:
     /// it may therefore leave before the batch of a trace decided in the same round.
-    async fn decide_round(&self, force: bool, output: &Downstream) {
+    async fn decide_round(&self, force: Force, output: &Downstream) {
         let started = Instant::now();
         let mut writer = TraceRequestWriter::new();
         let mut votes = Vec::new();
@@ -690,7 +840,10 @@ impl TailSampler {
             let now = Instant::now();
             // Over num_traces or under memory pressure, the oldest traces fall due now:
             // everything up to the deadline of the n-th earliest trace.
-            let (early_count, early_reason) = self.early_decisions_needed();
+            let (early_count, mut early_reason) = self.early_decisions_needed();
+            if force == Force::Leaving {
+                early_reason = EarlyReason::Leaving;
+            }
             let due_by = if early_count > 0 {
                 self.nth_deadline(early_count).map_or(now, |d| d.max(now))
             } else {
@@ -701,7 +854,7 @@ impl TailSampler {
             for shard_index in 0..self.shards.len() {
                 let mut shard = self.lock(shard_index);
                 for _ in 0..DECISIONS_PER_LOCK {
-                    let Some((trace_id, trace)) = shard.pop_due(due_by, force) else {
+                    let Some((trace_id, trace)) = shard.pop_due(due_by, force != Force::No) else {
                         break;
                     };
                     if trace.deadline > now && trace.early.is_none() {
@@ -953,6 +1106,26 @@ impl TailSampler {
             .map_or("", String::as_str);
         rewrite::add_scope_attribute(&origin.scope, POLICY_ATTRIBUTE, name)
     }
+}
+
+/// Frames spans forwarded to the replica that owns their traces, unchanged, into one
+/// request (the one copy of their bytes; uncharged: the caller charges it).
+fn frame_forward(origins: &[Arc<Origin>], mut spans: Vec<ForwardSpan<'_>>) -> TraceBatch {
+    // Adjacent spans of one origin share their wrappers; the stable sort keeps each
+    // trace's spans in arrival order.
+    spans.sort_by_key(|span| span.origin);
+    let mut writer = TraceRequestWriter::new();
+    for span in spans {
+        let origin = &origins[span.origin];
+        writer.push(
+            &origin.resource,
+            &origin.resource_schema_url,
+            &origin.scope,
+            &origin.scope_schema_url,
+            &span.span.bytes,
+        );
+    }
+    TraceBatch::from(writer.finish())
 }
 
 /// A kept span's bytes as they leave: with `th` raised to the trace's threshold when it

@@ -19,7 +19,13 @@
 //! batches still queued (`reclaim`, in the export core), which are split again over the new
 //! ring and handed to their new owners, never dropped. Requests already in flight to it
 //! finish there, with their retries; the removed exporter is shut down with the others.
+//!
+//! One tier (see `local.rs`): a backend that is this process's own receiver is delivered
+//! to in-process. Each network backend has a second exporter for hand-offs between
+//! samplers, whose requests carry [`HAND_OFF_HEADER`]; samplers that follow this ring
+//! (`tail_sampling.hand_off`) see it through [`Peers`], published at every change.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -28,6 +34,8 @@ use tokio::sync::{Mutex, RwLock, watch};
 use tokio::time::Instant;
 
 use super::dns::{Backends, DnsTask, HickoryLookup, Lookup};
+use super::local::{LocalReceivers, UpstreamInput};
+use super::membership::Membership;
 use super::metrics::{
     BackendMetrics, LoadBalancerMetricFamilies, LoadBalancerMetrics, ResolverKind,
 };
@@ -40,17 +48,44 @@ use crate::exporter::core::error::{DrainReport, ExportError, ExporterError};
 use crate::exporter::core::metrics::{ExporterMetricFamilies, ExporterMetrics};
 use crate::exporter::otlp::{Routed, SignalExporter, TracesExporter};
 use crate::otlp::{TraceRequestWriter, WireError, parse_traces_request};
-use crate::payload::{BoxFuture, Payload, TraceBatch};
+use crate::payload::{
+    Arrival, BoxFuture, HAND_OFF_HEADER, Payload, SharedConsumer, TraceBatch, TracesSink,
+};
+use crate::sampler::{HandOffRefused, Ownership, Peers};
 
 /// How often a membership change takes back, again, what exports in progress push into a
 /// removed backend's queue while it waits for them to finish.
 const RECLAIM_POLL: Duration = Duration::from_millis(10);
 
-/// One backend: its address and its exporter.
+/// One backend: its address and how to reach it.
 struct Backend {
     address: String,
-    exporter: TracesExporter,
+    route: Route,
     metrics: BackendMetrics,
+}
+
+/// How a backend is reached.
+enum Route {
+    /// Over the network: one exporter for routed spans, one for hand-offs (its requests
+    /// carry [`HAND_OFF_HEADER`]).
+    Network {
+        exporter: TracesExporter,
+        hand_off: TracesExporter,
+    },
+    /// In-process: this process's own receiver bound at this address.
+    Local(SocketAddr),
+}
+
+impl Route {
+    /// The exporters of a network backend.
+    fn exporters(&self) -> Vec<(&TracesExporter, Arrival)> {
+        match self {
+            Self::Network { exporter, hand_off } => {
+                vec![(exporter, Arrival::Sent), (hand_off, Arrival::HandOff)]
+            }
+            Self::Local(_) => Vec::new(),
+        }
+    }
 }
 
 /// The current backends.
@@ -86,6 +121,48 @@ pub struct LoadBalancer {
     backends_ready: watch::Sender<bool>,
     /// The DNS resolver task, stopped at shutdown; `None` for the static resolver.
     dns: std::sync::Mutex<Option<DnsTask>>,
+    /// This process's receivers that may be backends.
+    local: LocalReceivers,
+    /// The ring as samplers that follow it see it, replaced at every change.
+    membership: watch::Sender<Arc<dyn Ownership>>,
+    /// Set when this process leaves: its own receivers are kept out of the ring.
+    leaving: AtomicBool,
+    /// The addresses of the last resolution, before this process's own were taken out.
+    resolved: std::sync::Mutex<Vec<String>>,
+}
+
+/// A load balancer's fields before it has backends.
+fn unstarted(
+    id: &ComponentId,
+    template: OtlpExporterConfig,
+    families: &ExporterMetricFamilies,
+    metrics: LoadBalancerMetrics,
+) -> LoadBalancer {
+    let empty: Arc<dyn Ownership> = Arc::new(Membership {
+        ring: Ring::default(),
+        local: None,
+        leaving: false,
+    });
+    LoadBalancer {
+        id: id.clone(),
+        template,
+        families: families.clone(),
+        own: families.for_exporter(id),
+        metrics,
+        members: RwLock::new(Members {
+            ring: Ring::default(),
+            backends: Vec::new(),
+        }),
+        closed: AtomicBool::new(false),
+        changing: Mutex::new(()),
+        started: std::sync::Mutex::new(Vec::new()),
+        backends_ready: watch::channel(false).0,
+        dns: std::sync::Mutex::new(None),
+        local: LocalReceivers::default(),
+        membership: watch::channel(empty).0,
+        leaving: AtomicBool::new(false),
+        resolved: std::sync::Mutex::new(Vec::new()),
+    }
 }
 
 impl LoadBalancer {
@@ -112,22 +189,12 @@ impl LoadBalancer {
             ResolverConfig::Static { hostnames } => (hostnames.clone(), ResolverKind::Static),
             ResolverConfig::Dns(_) => (Vec::new(), ResolverKind::Dns),
         };
-        let mut lb = Self {
-            id: id.clone(),
-            template: config.protocol.clone(),
-            families: families.clone(),
-            own: families.for_exporter(id),
-            metrics: lb_families.for_exporter(resolver),
-            members: RwLock::new(Members {
-                ring: Ring::default(),
-                backends: Vec::new(),
-            }),
-            closed: AtomicBool::new(false),
-            changing: Mutex::new(()),
-            started: std::sync::Mutex::new(Vec::new()),
-            backends_ready: watch::channel(false).0,
-            dns: std::sync::Mutex::new(None),
-        };
+        let mut lb = unstarted(
+            id,
+            config.protocol.clone(),
+            families,
+            lb_families.for_exporter(resolver),
+        );
         if let ResolverConfig::Dns(dns) = &config.resolver {
             let lookup = HickoryLookup::new(dns.nameserver.as_deref(), dns.timeout)
                 .map_err(|reason| ExporterError::Resolver { reason })?;
@@ -146,7 +213,10 @@ impl LoadBalancer {
             resolver = resolver.as_str(),
             backends = ?ring.backends(),
         );
-        *lb.members.get_mut() = Members { ring, backends };
+        *lb.resolved.get_mut().unwrap_or_else(|e| e.into_inner()) = hostnames;
+        let members = Members { ring, backends };
+        lb.publish(&members);
+        *lb.members.get_mut() = members;
         lb.backends_ready.send_replace(true);
         Ok(Arc::new(lb))
     }
@@ -176,22 +246,12 @@ impl LoadBalancer {
         families: &ExporterMetricFamilies,
         lb_families: &LoadBalancerMetricFamilies,
     ) -> Arc<Self> {
-        let lb = Self {
-            id: id.clone(),
+        let lb = unstarted(
+            id,
             template,
-            families: families.clone(),
-            own: families.for_exporter(id),
-            metrics: lb_families.for_exporter(ResolverKind::Dns),
-            members: RwLock::new(Members {
-                ring: Ring::default(),
-                backends: Vec::new(),
-            }),
-            closed: AtomicBool::new(false),
-            changing: Mutex::new(()),
-            started: std::sync::Mutex::new(Vec::new()),
-            backends_ready: watch::channel(false).0,
-            dns: std::sync::Mutex::new(None),
-        };
+            families,
+            lb_families.for_exporter(ResolverKind::Dns),
+        );
         Self::with_dns(lb, lookup, config)
     }
 
@@ -218,29 +278,127 @@ impl LoadBalancer {
         SignalExporter::routed(self.clone())
     }
 
-    /// Starts the OTLP/gRPC exporter of the backend at `address` from the template.
+    /// The consumer that pipelines exporting to this load balancer hold (one per load
+    /// balancer, shared): when the last of them has ended, the local receivers are let go
+    /// (see `local.rs`).
+    pub fn pipeline_input(self: &Arc<Self>) -> SharedConsumer<TraceBatch> {
+        Arc::new(UpstreamInput::new(self, self.handle()))
+    }
+
+    /// Makes `receivers` (this process's OTLP/gRPC receivers, by bound address, with the
+    /// sinks of their traces pipelines) candidates for backends: a backend at one of
+    /// these addresses is delivered to in-process. Backends already started at such an
+    /// address switch to in-process delivery (what their exporters queued is delivered to
+    /// the receiver over the network).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe.
+    pub async fn attach_local(&self, receivers: Vec<(SocketAddr, TracesSink)>) {
+        self.local.attach(receivers);
+        let mut members = self.members.write().await;
+        for backend in &mut members.backends {
+            if let Some(address) = self.local.is_local(&backend.address) {
+                backend.route = Route::Local(address);
+            }
+        }
+        self.publish(&members);
+    }
+
+    /// Lets go of the local receivers' sinks: the pipelines exporting here have ended.
+    pub(super) fn release_local(&self) {
+        self.local.release();
+    }
+
+    /// Takes this process out of its own ring for good (SIGTERM): what it owned is owned
+    /// by the other backends from now on, and later resolutions keep it out. When it is
+    /// the only backend the ring stays as it is (there is nobody to hand over to).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe.
+    pub async fn leave(&self) {
+        self.leaving.store(true, Ordering::Release);
+        let resolved = self
+            .resolved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        tracing::info!(event = "exporter.loadbalancing.leaving", exporter = %self.id.written);
+        if let Err(error) = self.apply(&resolved).await {
+            tracing::warn!(
+                event = "exporter.loadbalancing.leave_failed",
+                exporter = %self.id.written,
+                error = %error,
+            );
+        }
+        let _one_at_a_time = self.changing.lock().await;
+        self.publish(&*self.members.read().await);
+    }
+
+    /// Publishes `members` to the samplers that follow this ring.
+    fn publish(&self, members: &Members) {
+        let local = members
+            .backends
+            .iter()
+            .position(|backend| matches!(backend.route, Route::Local(_)));
+        self.membership.send_replace(Arc::new(Membership {
+            ring: members.ring.clone(),
+            local,
+            leaving: self.leaving.load(Ordering::Acquire),
+        }));
+    }
+
+    /// Starts the backend at `address`: in-process when it is a local receiver, else its
+    /// OTLP/gRPC exporters (routed spans and hand-offs) from the template.
     fn start_backend(&self, address: &str) -> Result<Backend, ExporterError> {
-        let written = format!("{}/{address}", self.id.written);
+        let metrics = self.metrics.for_backend(address);
+        if let Some(local) = self.local.is_local(address) {
+            return Ok(Backend {
+                address: address.to_owned(),
+                route: Route::Local(local),
+                metrics,
+            });
+        }
+        let exporter = self.start_exporter(address, false)?;
+        let hand_off = self.start_exporter(address, true)?;
+        Ok(Backend {
+            address: address.to_owned(),
+            route: Route::Network { exporter, hand_off },
+            metrics,
+        })
+    }
+
+    /// Starts one OTLP/gRPC exporter to `address`, counted under `<id>/<address>` (and
+    /// `<id>/<address>/hand_off` for the hand-off exporter, whose requests are marked).
+    fn start_exporter(
+        &self,
+        address: &str,
+        hand_off: bool,
+    ) -> Result<TracesExporter, ExporterError> {
+        let suffix = if hand_off { "/hand_off" } else { "" };
+        let written = format!("{}/{address}{suffix}", self.id.written);
         let sub_id = ComponentId {
             written,
             kind: "otlp_grpc".to_owned(),
-            name: Some(address.to_owned()),
+            name: Some(format!("{address}{suffix}")),
         };
-        let config = ExporterConfig::OtlpGrpc(OtlpExporterConfig {
+        let mut otlp = OtlpExporterConfig {
             endpoint: address.to_owned(),
             ..self.template.clone()
-        });
+        };
+        if hand_off {
+            otlp.headers
+                .insert(HAND_OFF_HEADER.to_owned(), "true".to_owned());
+        }
+        let config = ExporterConfig::OtlpGrpc(otlp);
         let exporter =
             SignalExporter::start(&sub_id, &config, self.families.for_exporter(&sub_id), None)?;
         self.started
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(exporter.clone());
-        Ok(Backend {
-            address: address.to_owned(),
-            exporter,
-            metrics: self.metrics.for_backend(address),
-        })
+        Ok(exporter)
     }
 
     /// The current backends (`host:port`), in the order they were given.
@@ -261,6 +419,11 @@ impl LoadBalancer {
     ///
     /// Not cancel safe: a cancelled call may have handed some pieces over and not others.
     pub(crate) async fn export(&self, batch: TraceBatch) -> Result<(), ExportError> {
+        self.export_as(batch, Arrival::Sent).await
+    }
+
+    /// [`export`](Self::export) of spans that arrive at their owners as `arrival` says.
+    async fn export_as(&self, batch: TraceBatch, arrival: Arrival) -> Result<(), ExportError> {
         let mut ready = self.backends_ready.subscribe();
         loop {
             {
@@ -271,7 +434,7 @@ impl LoadBalancer {
                     return Err(ExportError::ShutDown { items });
                 }
                 if !members.backends.is_empty() {
-                    return self.hand_over(&members, batch).await;
+                    return self.hand_over(&members, batch, arrival).await;
                 }
             }
             // No backend yet (the resolver has found none): wait without the read guard,
@@ -286,7 +449,12 @@ impl LoadBalancer {
     }
 
     /// Splits `batch` over `members` and hands each piece to its owner.
-    async fn hand_over(&self, members: &Members, batch: TraceBatch) -> Result<(), ExportError> {
+    async fn hand_over(
+        &self,
+        members: &Members,
+        batch: TraceBatch,
+        arrival: Arrival,
+    ) -> Result<(), ExportError> {
         let pieces = match split_by_owner(&members.ring, batch) {
             Ok(pieces) => pieces,
             Err(Unroutable { batch, reason }) => {
@@ -309,13 +477,37 @@ impl LoadBalancer {
         for (owner, piece) in pieces {
             let backend = &members.backends[owner];
             let started = Instant::now();
-            let result = backend.exporter.export(piece).await;
+            let result = self.deliver(backend, piece, arrival).await;
             backend.metrics.record(started.elapsed(), result.is_ok());
             if let Err(error) = result {
                 first_error.get_or_insert(error);
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Hands `piece` to `backend`: its exporter (the hand-off exporter for hand-offs), or
+    /// this process's receiver.
+    async fn deliver(
+        &self,
+        backend: &Backend,
+        piece: TraceBatch,
+        arrival: Arrival,
+    ) -> Result<(), ExportError> {
+        match (&backend.route, arrival) {
+            (Route::Network { exporter, .. }, Arrival::Sent) => exporter.export(piece).await,
+            (Route::Network { hand_off, .. }, Arrival::HandOff) => hand_off.export(piece).await,
+            (Route::Local(address), _) => {
+                let items = piece.item_count();
+                self.local
+                    .deliver(*address, piece, arrival)
+                    .await
+                    .map_err(|_stopped| {
+                        self.own.record_enqueue_failed(items);
+                        ExportError::ShutDown { items }
+                    })
+            }
+        }
     }
 
     /// Replaces the backends with `addresses` (`host:port`): the result of one resolution,
@@ -338,13 +530,28 @@ impl LoadBalancer {
     ///
     /// Not cancel safe: a cancelled call may leave a removed backend's batches unrouted.
     pub async fn set_backends(&self, addresses: &[String]) -> Result<bool, ExporterError> {
+        self.metrics.record_resolution(!addresses.is_empty());
+        if !addresses.is_empty() {
+            addresses.clone_into(&mut self.resolved.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        self.apply(addresses).await
+    }
+
+    /// Applies one resolution's `addresses`, without this process's own receivers once it
+    /// is leaving.
+    async fn apply(&self, addresses: &[String]) -> Result<bool, ExporterError> {
         let _one_at_a_time = self.changing.lock().await;
-        let ring = Ring::new(addresses);
-        self.metrics.record_resolution(!ring.is_empty());
+        let leaving = self.leaving.load(Ordering::Acquire);
+        let addresses: Vec<String> = addresses
+            .iter()
+            .filter(|address| !leaving || self.local.is_local(address).is_none())
+            .cloned()
+            .collect();
+        let ring = Ring::new(&addresses);
         if self.closed.load(Ordering::Acquire) || ring.is_empty() {
             return Ok(false);
         }
-        let (current, removing): (Vec<String>, Vec<TracesExporter>) = {
+        let (current, removing): (Vec<String>, Vec<(TracesExporter, Arrival)>) = {
             let members = self.members.read().await;
             if ring.backends() == members.ring.backends() {
                 return Ok(false);
@@ -353,7 +560,8 @@ impl LoadBalancer {
                 .backends
                 .iter()
                 .filter(|b| !ring.backends().contains(&b.address))
-                .map(|b| b.exporter.clone())
+                .flat_map(|b| b.route.exporters())
+                .map(|(exporter, arrival)| (exporter.clone(), arrival))
                 .collect();
             (members.ring.backends().to_vec(), removing)
         };
@@ -370,8 +578,9 @@ impl LoadBalancer {
         let write = self.members.write();
         tokio::pin!(write);
         let mut members = loop {
-            for exporter in &removing {
-                reclaimed.extend(exporter.reclaim().await);
+            for (exporter, arrival) in &removing {
+                let batches = exporter.reclaim().await;
+                reclaimed.extend(batches.into_iter().map(|batch| (batch, *arrival)));
             }
             tokio::select! {
                 biased;
@@ -379,8 +588,9 @@ impl LoadBalancer {
                 () = tokio::time::sleep(RECLAIM_POLL) => {}
             }
         };
-        for exporter in &removing {
-            reclaimed.extend(exporter.reclaim().await);
+        for (exporter, arrival) in &removing {
+            let batches = exporter.reclaim().await;
+            reclaimed.extend(batches.into_iter().map(|batch| (batch, *arrival)));
         }
         let mut old: Vec<Option<Backend>> = std::mem::take(&mut members.backends)
             .into_iter()
@@ -400,6 +610,7 @@ impl LoadBalancer {
         }
         members.ring = ring;
         members.backends = backends;
+        self.publish(&members);
         self.metrics.record_backends(members.backends.len());
         self.backends_ready
             .send_replace(!members.backends.is_empty());
@@ -412,9 +623,9 @@ impl LoadBalancer {
         // Under the write guard: exports waiting now would otherwise overtake the removed
         // backends' older batches.
         let mut rerouted = 0usize;
-        for batch in reclaimed {
+        for (batch, arrival) in reclaimed {
             rerouted += batch.item_count();
-            if let Err(error) = self.hand_over(&members, batch).await {
+            if let Err(error) = self.hand_over(&members, batch, arrival).await {
                 tracing::warn!(
                     event = "exporter.loadbalancing.reroute_failed",
                     exporter = %self.id.written,
@@ -475,6 +686,24 @@ impl Backends for LoadBalancer {
         addresses: &'a [String],
     ) -> BoxFuture<'a, Result<bool, ExporterError>> {
         Box::pin(LoadBalancer::set_backends(self, addresses))
+    }
+}
+
+impl Peers for LoadBalancer {
+    fn ownership(&self) -> watch::Receiver<Arc<dyn Ownership>> {
+        self.membership.subscribe()
+    }
+
+    fn hand_off(&self, batch: TraceBatch) -> BoxFuture<'_, Result<(), HandOffRefused>> {
+        Box::pin(async move {
+            let spans = batch.item_count();
+            self.export_as(batch, Arrival::HandOff)
+                .await
+                .map_err(|error| HandOffRefused {
+                    spans,
+                    reason: error.to_string(),
+                })
+        })
     }
 }
 

@@ -8,6 +8,8 @@
 //! | `metrics.rs` | `otelcol_loadbalancer_*` |
 //! | `dns.rs` | `resolver.dns`: the task that resolves the backends every interval |
 //! | `exporter.rs` | one OTLP/gRPC exporter per backend on the export core; splitting a batch by owner; membership changes |
+//! | `local.rs` | one tier: backends that are this process's own receivers, delivered to in-process |
+//! | `membership.rs` | the ring as samplers that follow it (`tail_sampling.hand_off`) see it |
 //!
 //! Backends come from `resolver.static.hostnames`, or from `resolver.dns`, whose task
 //! drives [`LoadBalancer::set_backends`], which re-routes a removed backend's queued
@@ -15,6 +17,8 @@
 
 pub(crate) mod dns;
 mod exporter;
+mod local;
+mod membership;
 mod metrics;
 pub(crate) mod ring;
 

@@ -1,0 +1,329 @@
+//! Hand-off: a sampler that is one of several replicas keeps each trace whole through
+//! membership changes (`tail_sampling.hand_off`, see `docs/scaling.md`).
+//!
+//! The sampler follows the ring of a `loadbalancing` exporter of the same process
+//! ([`Peers`]), one of whose backends is this process. Three rules keep a trace in one
+//! place:
+//!
+//! 1. **Sweep after a change.** When the ring changes, the hand-off task waits `debounce`
+//!    (a second change restarts the wait), then takes every undecided trace that another
+//!    replica now owns out of the buffer and sends it to that replica whole: all of a
+//!    trace's buffered spans go in one request, marked as a hand-off. Decided traces stay:
+//!    their decision, and their late spans, stay where they were decided.
+//! 2. **Forward what is not ours.** A span of a trace that is neither held nor decided
+//!    here, and that the ring says another replica owns, is forwarded to it at once (a peer
+//!    routed it on a ring that was not yet this one's) rather than starting a partial
+//!    trace here.
+//! 3. **Keep what is handed to us.** Spans that arrive marked as a hand-off are buffered
+//!    whoever the ring says owns them: two replicas whose rings disagree for a moment do
+//!    not pass a trace back and forth; the next sweep settles it.
+//!
+//! Leaving (SIGTERM): the exporter takes this process out of its own ring, so every trace
+//! is some other replica's; the task then sweeps every [`LEAVING_SWEEP`], so that what
+//! still arrives is handed on too, and what is left when the sampler stops is decided here
+//! and counted (early decisions, reason `leaving`).
+//!
+//! Everything sent waits in an outbox, charged to the memory budget, until the exporter
+//! has taken it; intake is refused retryably while the outbox is at its bound, as for late
+//! spans.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::TailSampler;
+use super::buffer::PendingTrace;
+use crate::otlp::{TraceId, TraceRequestWriter};
+use crate::payload::{BoxFuture, Payload, TraceBatch};
+
+/// How often a leaving replica sweeps what still reaches it.
+pub const LEAVING_SWEEP: Duration = Duration::from_millis(200);
+
+/// After a membership change, how long past the sweep a trace's root span may not bring
+/// its decision forward: the hand-off of its earlier spans from the old owner is on its
+/// way, and deciding before it arrives would split the trace.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// Hand-off requests are about this many encoded bytes (a trace is never split: one
+/// larger than this goes alone).
+const HAND_OFF_REQUEST_BYTES: usize = 1 << 20;
+
+/// Which replica owns a trace, as this process's ring says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// This process.
+    Here,
+    /// Another replica.
+    Peer,
+    /// Nobody yet (the ring is empty): the trace stays here.
+    Unknown,
+}
+
+/// The ring at one moment, as a sampler needs it.
+pub trait Ownership: Send + Sync {
+    /// Who owns `trace_id`.
+    fn owner(&self, trace_id: &TraceId) -> Owner;
+
+    /// True once this process has begun leaving: it is out of its own ring for good.
+    fn leaving(&self) -> bool;
+}
+
+/// What a sampler hands traces to: the `loadbalancing` exporter it follows.
+pub trait Peers: Send + Sync {
+    /// The current ownership; the receiver wakes at every membership change.
+    fn ownership(&self) -> watch::Receiver<Arc<dyn Ownership>>;
+
+    /// Sends `batch` to the replicas that own its traces, marked as a hand-off, waiting for
+    /// room in their queues.
+    ///
+    /// # Errors
+    ///
+    /// The spans that could not be handed over (the exporter has shut down); they have
+    /// been counted as lost by the exporter.
+    fn hand_off(&self, batch: TraceBatch) -> BoxFuture<'_, Result<(), HandOffRefused>>;
+}
+
+/// A hand-off the exporter did not take.
+#[derive(Debug, thiserror::Error)]
+#[error("{spans} spans not handed off: {reason}")]
+pub struct HandOffRefused {
+    /// Spans not handed over.
+    pub spans: usize,
+    /// Why.
+    pub reason: String,
+}
+
+/// The hand-off settings of a sampler (`tail_sampling.hand_off`).
+#[derive(Clone, Copy, Debug)]
+pub struct HandOffSettings {
+    /// How long after a membership change to wait for the next before sweeping.
+    pub debounce: Duration,
+}
+
+/// A sampler's link to its peers: the ring it follows and the hand-offs on their way.
+pub(super) struct HandOffLink {
+    peers: Arc<dyn Peers>,
+    ownership: watch::Receiver<Arc<dyn Ownership>>,
+    settings: HandOffSettings,
+    /// Hand-offs and forwarded spans waiting for the exporter, oldest first.
+    outbox: Mutex<VecDeque<TraceBatch>>,
+    /// Spans in the outbox, or on their way out of it until the exporter took them.
+    spans: AtomicUsize,
+    /// Encoded bytes of those spans' requests (what their charges hold).
+    bytes: AtomicUsize,
+    wake: Notify,
+    /// Until when root spans may not bring decisions forward (see [`SETTLE`]).
+    settle_until: Mutex<Option<Instant>>,
+}
+
+impl HandOffLink {
+    pub(super) fn new(peers: Arc<dyn Peers>, settings: HandOffSettings) -> Self {
+        let ownership = peers.ownership();
+        Self {
+            peers,
+            ownership,
+            settings,
+            outbox: Mutex::new(VecDeque::new()),
+            spans: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            wake: Notify::new(),
+            settle_until: Mutex::new(None),
+        }
+    }
+
+    /// The ownership as of now.
+    pub(super) fn ownership(&self) -> Arc<dyn Ownership> {
+        self.ownership.borrow().clone()
+    }
+
+    /// The earliest a root span may make a trace due, while hand-offs of a membership
+    /// change may still be on their way; `None` when no change is recent.
+    pub(super) fn not_before(&self, now: Instant) -> Option<Instant> {
+        let settle = *self.settle_until.lock().unwrap_or_else(|e| e.into_inner());
+        settle.filter(|until| *until > now)
+    }
+
+    /// Records a membership change seen at `now`.
+    fn changed(&self, now: Instant) {
+        let until = now + self.settings.debounce + SETTLE;
+        *self.settle_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+
+    /// Spans waiting to be handed off.
+    pub(super) fn spans_held(&self) -> usize {
+        self.spans.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the requests waiting to be handed off.
+    pub(super) fn bytes_held(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn lock_outbox(&self) -> MutexGuard<'_, VecDeque<TraceBatch>> {
+        // Every mutation is a whole push or pop.
+        self.outbox
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Queues `batch` (charged) for the exporter and wakes the hand-off task.
+    pub(super) fn push(&self, batch: TraceBatch) {
+        self.spans.fetch_add(batch.span_count, Ordering::Relaxed);
+        self.bytes.fetch_add(batch.byte_len(), Ordering::Relaxed);
+        self.lock_outbox().push_back(batch);
+        self.wake.notify_one();
+    }
+
+    /// Hands everything in the outbox to the exporter, oldest first.
+    async fn flush(&self) {
+        loop {
+            let Some(batch) = self.lock_outbox().pop_front() else {
+                return;
+            };
+            let (spans, bytes) = (batch.span_count, batch.byte_len());
+            if let Err(refused) = self.peers.hand_off(batch).await {
+                tracing::warn!(event = "sampler.hand_off_failed", error = %refused);
+            }
+            self.spans.fetch_sub(spans, Ordering::Relaxed);
+            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+impl TailSampler {
+    /// The hand-off task of a sampler that follows a ring: sweeps after membership changes
+    /// (and while leaving), and hands the outbox to the exporter. Ends, with the outbox
+    /// flushed, once the decision task ([`run`](Self::run)) has ended. Returns at once
+    /// for a sampler without `hand_off`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: hand-offs in the outbox are lost when the future is dropped.
+    pub async fn run_hand_off(self: Arc<Self>) {
+        let Some(link) = &self.hand_off else {
+            return;
+        };
+        let mut stopped = self.stopped();
+        let mut changes = link.ownership.clone();
+        let mut sweep_at: Option<Instant> = None;
+        let mut ring_open = true;
+        loop {
+            link.flush().await;
+            let leaving = link.ownership().leaving();
+            let wake_at = match (sweep_at, leaving) {
+                (_, true) => Some(Instant::now() + LEAVING_SWEEP),
+                (at, false) => at,
+            };
+            tokio::select! {
+                biased;
+                done = stopped.wait_for(|stopped| *stopped) => {
+                    let _ = done;
+                    break;
+                }
+                changed = changes.changed(), if ring_open => {
+                    if changed.is_err() {
+                        ring_open = false;
+                        continue;
+                    }
+                    let now_leaving = changes.borrow_and_update().leaving();
+                    link.changed(Instant::now());
+                    let wait = if now_leaving { Duration::ZERO } else { link.settings.debounce };
+                    sweep_at = Some(Instant::now() + wait);
+                }
+                () = link.wake.notified() => {}
+                () = sleep_until_some(wake_at) => {
+                    sweep_at = None;
+                    self.sweep();
+                }
+            }
+        }
+        link.flush().await;
+    }
+
+    /// Takes every undecided trace that another replica owns out of the buffer and queues
+    /// it, whole, for its owner. Returns the traces handed off.
+    pub(super) fn sweep(&self) -> usize {
+        let Some(link) = &self.hand_off else {
+            return 0;
+        };
+        let ownership = link.ownership();
+        let mut moving: Vec<PendingTrace> = Vec::new();
+        for shard_index in 0..self.shards.len() {
+            let mut shard = self.lock(shard_index);
+            let leaving: Vec<TraceId> = shard
+                .traces
+                .keys()
+                .filter(|id| ownership.owner(id) == Owner::Peer)
+                .copied()
+                .collect();
+            for trace_id in leaving {
+                if let Some(trace) = shard.take(&trace_id) {
+                    self.release(&trace);
+                    moving.push(trace);
+                }
+            }
+        }
+        let traces = moving.len();
+        if traces == 0 {
+            return 0;
+        }
+        let mut spans = 0usize;
+        let mut writer = TraceRequestWriter::new();
+        for trace in moving {
+            spans += trace.spans.len();
+            write_unchanged(&mut writer, trace);
+            if writer.encoded_len() >= HAND_OFF_REQUEST_BYTES {
+                link.push(
+                    TraceBatch::from(std::mem::take(&mut writer).finish()).charged(&self.budget),
+                );
+            }
+        }
+        if !writer.is_empty() {
+            link.push(TraceBatch::from(writer.finish()).charged(&self.budget));
+        }
+        if let Some(metrics) = &self.metrics.hand_off {
+            metrics.traces_sent.inc_by(traces as u64);
+            metrics.spans_sent.inc_by(spans as u64);
+        }
+        self.metrics
+            .record_spans(super::SpanOutcome::HandedOff, spans as u64);
+        self.publish_gauges();
+        tracing::info!(
+            event = "sampler.handed_off",
+            traces,
+            spans,
+            leaving = ownership.leaving(),
+        );
+        traces
+    }
+}
+
+/// Sleeps until `at`, or forever when `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Frames a pending trace's spans as they arrived (no threshold, no policy name: it is
+/// undecided) into `writer`.
+fn write_unchanged(writer: &mut TraceRequestWriter, trace: PendingTrace) {
+    let arena = Bytes::from(trace.arena);
+    for span in &trace.spans {
+        let origin = &trace.origins[span.origin as usize];
+        let start = span.start as usize;
+        writer.push(
+            &origin.resource,
+            &origin.resource_schema_url,
+            &origin.scope,
+            &origin.scope_schema_url,
+            &arena.slice(start..start + span.len as usize),
+        );
+    }
+}

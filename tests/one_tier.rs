@@ -1,0 +1,380 @@
+//! One tier: every replica is router and sampler, as the `production` overlay runs them.
+//! Replicas on 127.0.0.2, 127.0.0.3, ... take senders' spans on `otlp`, route them by trace
+//! id (`loadbalancing`, DNS resolver through a real dnsmasq) to `otlp/peers` on one port
+//! (their own share in-process), sample with the seed's policies and `hand_off`, and
+//! export to one sink. Replicas join and leave mid-run; what the sink receives must be
+//! exactly what one instance would keep.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use rand::{Rng, SeedableRng};
+use tailgate::otlp::TraceId;
+use tailgate::sampler::threshold::{Threshold, trace_id_randomness};
+use tailgate::service::Gateway;
+
+use crate::loadbalancing::{SEED_POLICIES, SPANS_PER_TRACE, request};
+use crate::support::dns::Dnsmasq;
+use crate::support::{self, OtlpSink, SinkBehavior, replicas};
+
+const NAME: &str = "peers.test";
+/// The first three replicas, and the one that joins.
+const IPS: [&str; 4] = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"];
+const TRACES: usize = 10_000;
+/// Traces are sent in waves; each wave's three parts go out one step apart.
+const WAVES: usize = 10;
+/// Traces per request.
+const CHUNK: usize = 125;
+const STEP: Duration = Duration::from_millis(400);
+/// The step after which the fourth replica joins, and the one after which the first leaves.
+const JOIN_AFTER: usize = 3;
+const LEAVE_AFTER: usize = 7;
+
+/// A one-tier replica: senders on `otlp` (ephemeral ports), peers on `peers` (one port for
+/// all replicas), routing through DNS at `nameserver`, sampling with hand-off.
+fn replica_config(peers: SocketAddr, nameserver: SocketAddr, sink: SocketAddr) -> String {
+    let ip = peers.ip();
+    let port = peers.port();
+    format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: {ip}:0
+      http:
+        endpoint: {ip}:0
+  otlp/peers:
+    protocols:
+      grpc:
+        endpoint: {peers}
+processors:
+  tail_sampling:
+{SEED_POLICIES}
+    hand_off:
+      exporter: loadbalancing
+      debounce: 200ms
+      leave_delay: 1s
+  batch:
+    send_batch_size: 512
+    timeout: 50ms
+exporters:
+  loadbalancing:
+    routing_key: traceID
+    protocol:
+      otlp:
+        tls:
+          insecure: true
+        retry_on_failure:
+          initial_interval: 100ms
+    resolver:
+      dns:
+        hostname: {NAME}
+        port: {port}
+        interval: 200ms
+        timeout: 1s
+        nameserver: '{nameserver}'
+  otlp/sink:
+    endpoint: {sink}
+    tls:
+      insecure: true
+service:
+  pipelines:
+    traces/route:
+      receivers: [otlp]
+      exporters: [loadbalancing]
+    traces/sample:
+      receivers: [otlp/peers]
+      processors: [tail_sampling, batch]
+      exporters: [otlp/sink]
+  telemetry:
+    metrics:
+      address: 127.0.0.1:0
+"#
+    )
+}
+
+/// Where senders reach a replica.
+#[derive(Clone, Copy)]
+struct SenderPorts {
+    grpc: SocketAddr,
+    http: SocketAddr,
+}
+
+fn sender_ports(gateway: &Gateway) -> SenderPorts {
+    SenderPorts {
+        grpc: gateway.addresses.grpc["otlp"],
+        http: gateway.addresses.http["otlp"],
+    }
+}
+
+/// Sends one request, over gRPC or HTTP.
+async fn send_one(to: SenderPorts, body: Bytes, grpc: bool) {
+    if grpc {
+        let request = prost::Message::decode(body).expect("own request");
+        let mut client = TraceServiceClient::connect(format!("http://{}", to.grpc))
+            .await
+            .expect("replica accepts gRPC");
+        client
+            .export(tonic::Request::<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+            >::new(request))
+            .await
+            .expect("gRPC export accepted");
+        return;
+    }
+    let url = format!("http://{}/v1/traces", to.http);
+    let status = tokio::task::spawn_blocking(move || {
+        // A blocking client must live and die off the async workers.
+        reqwest::blocking::Client::new()
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(body)
+            .send()
+            .expect("HTTP export sent")
+            .status()
+            .as_u16()
+    })
+    .await
+    .expect("HTTP task");
+    assert_eq!(status, 200, "HTTP export accepted");
+}
+
+/// The value of counter/gauge `name` with `labels` summed over the replicas' registries.
+fn total(registries: &[prometheus::Registry], name: &str, labels: &[&str]) -> f64 {
+    registries
+        .iter()
+        .map(|registry| {
+            let text = prometheus::TextEncoder::new()
+                .encode_to_string(&registry.gather())
+                .expect("metrics encode");
+            support::metric_value(&text, name, labels)
+        })
+        .sum()
+}
+
+/// Scenario: three one-tier replicas (127.0.0.2-4, peers on one port, DNS through
+/// dnsmasq re-read on SIGHUP every change, resolved every 200ms) with the seed's policies
+/// and `hand_off` (debounce 200ms, leave_delay 1s); 10,000 traces of 4 spans, 40% with an
+/// ERROR span, sent in waves: each trace's spans in three parts 400ms apart, each part's
+/// requests to a random replica over gRPC or HTTP. After step 3 a fourth replica joins
+/// (started, then added to DNS); after step 7 the first leaves (taken out of DNS and of the
+/// senders' choice, then shut down as SIGTERM does), with traces in flight at both changes.
+/// Guarantees: the sink receives exactly what one instance would keep (every error trace,
+/// every other trace exactly when R >= T for 10%), each kept trace whole (4 distinct spans,
+/// none twice), so no trace in flight at a change was split; no replica drops a span
+/// (shutdown reports 0); hand-offs happened at the changes and every span handed off
+/// arrived; the leaving replica decided nothing early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_keep_traces_whole_through_join_and_leave() {
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let mut dns = Dnsmasq::start(&[(IPS[0], NAME), (IPS[1], NAME), (IPS[2], NAME)]).await;
+    let nameserver = dns.addr;
+    let (mut gateways, port) = replicas::start_on_one_port(&IPS[..3], |peers, _| {
+        replica_config(peers, nameserver, sink.addr)
+    })
+    .await;
+    let registries: Vec<prometheus::Registry> =
+        gateways.iter().map(|g| g.registry.clone()).collect();
+    let mut registries = registries;
+    let mut senders: Vec<SenderPorts> = gateways.iter().map(sender_ports).collect();
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let traces: Vec<([u8; 16], bool)> = (0..TRACES)
+        .map(|_| (rng.random::<[u8; 16]>(), rng.random_bool(0.4)))
+        .collect();
+    let waves: Vec<&[([u8; 16], bool)]> = traces.chunks(TRACES / WAVES).collect();
+
+    let mut leaving = None;
+    let mut sent_requests = 0usize;
+    for step in 0..WAVES + 2 {
+        for part in 0..3 {
+            let Some(wave) = step.checked_sub(part).and_then(|w| waves.get(w)) else {
+                continue;
+            };
+            for chunk in wave.chunks(CHUNK) {
+                let body = Bytes::from(request(chunk, part).encode_to_vec());
+                let to = senders[rng.random_range(0..senders.len())];
+                send_one(to, body, sent_requests.is_multiple_of(2)).await;
+                sent_requests += 1;
+            }
+        }
+        if step == JOIN_AFTER {
+            let peers: SocketAddr = format!("{}:{port}", IPS[3]).parse().expect("address");
+            let config =
+                tailgate::config::load_str(&[&replica_config(peers, nameserver, sink.addr)])
+                    .expect("replica config is valid");
+            let joiner = Gateway::start(config).await.expect("fourth replica starts");
+            senders.push(sender_ports(&joiner));
+            registries.push(joiner.registry.clone());
+            gateways.push(joiner);
+            dns.set_hosts(&IPS.map(|ip| (ip, NAME)), NAME).await;
+        }
+        if step == LEAVE_AFTER {
+            // A terminating pod leaves the Service's endpoints and the headless records.
+            dns.set_hosts(&[(IPS[1], NAME), (IPS[2], NAME), (IPS[3], NAME)], NAME)
+                .await;
+            senders.remove(0);
+            let first = gateways.remove(0);
+            leaving = Some(tokio::spawn(first.shutdown()));
+        }
+        tokio::time::sleep(STEP).await;
+    }
+
+    let ten_percent = Threshold::from_probability(0.10).expect("a probability");
+    let expected: HashSet<[u8; 16]> = traces
+        .iter()
+        .filter(|(id, error)| *error || ten_percent.keeps(trace_id_randomness(&TraceId(*id))))
+        .map(|(id, _)| *id)
+        .collect();
+    let want_spans = expected.len() * SPANS_PER_TRACE;
+    let arrived = support::eventually(Duration::from_secs(60), || {
+        let count = sink.handle.span_count();
+        async move { count >= want_spans }
+    })
+    .await;
+    // Every replica has decided everything it holds.
+    let settled = support::eventually(Duration::from_secs(30), || {
+        let held = total(&registries[1..], "tailgate_sampler_spans_held", &[]);
+        async move { held == 0.0 }
+    })
+    .await;
+
+    let left = leaving
+        .expect("a replica left")
+        .await
+        .expect("shutdown task");
+    let mut dropped = left.dropped_spans;
+    for gateway in gateways {
+        dropped += gateway.shutdown().await.dropped_spans;
+    }
+    assert!(
+        arrived,
+        "{} of {want_spans} kept spans arrived",
+        sink.handle.span_count()
+    );
+    assert!(settled, "every replica decided what it held");
+    assert_eq!(dropped, 0, "no replica dropped a span");
+
+    let mut by_trace: HashMap<[u8; 16], Vec<Span>> = HashMap::new();
+    for received in sink.handle.spans() {
+        let id: [u8; 16] = received
+            .span
+            .trace_id
+            .as_slice()
+            .try_into()
+            .expect("16 bytes");
+        by_trace.entry(id).or_default().push(received.span);
+    }
+    let incomplete: Vec<_> = by_trace
+        .iter()
+        .filter(|(_, spans)| {
+            let ids: HashSet<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
+            spans.len() != SPANS_PER_TRACE || ids.len() != SPANS_PER_TRACE
+        })
+        .collect();
+    let handed_traces = total(
+        &registries,
+        "tailgate_sampler_handoff_traces_total",
+        &["direction=\"sent\""],
+    );
+    let handed_sent = total(
+        &registries,
+        "tailgate_sampler_handoff_spans_total",
+        &["direction=\"sent\""],
+    );
+    let handed_received = total(
+        &registries,
+        "tailgate_sampler_handoff_spans_total",
+        &["direction=\"received\""],
+    );
+    let forwarded = total(&registries, "tailgate_sampler_forwarded_spans_total", &[]);
+    for (i, registry) in registries.iter().enumerate() {
+        let one = std::slice::from_ref(registry);
+        eprintln!(
+            "replica {i}: forwarded {}, hand-off spans sent {} received {}, traces sent {} received {}",
+            total(one, "tailgate_sampler_forwarded_spans_total", &[]),
+            total(
+                one,
+                "tailgate_sampler_handoff_spans_total",
+                &["direction=\"sent\""]
+            ),
+            total(
+                one,
+                "tailgate_sampler_handoff_spans_total",
+                &["direction=\"received\""]
+            ),
+            total(
+                one,
+                "tailgate_sampler_handoff_traces_total",
+                &["direction=\"sent\""]
+            ),
+            total(
+                one,
+                "tailgate_sampler_handoff_traces_total",
+                &["direction=\"received\""]
+            ),
+        );
+    }
+    let leaving_early = total(
+        &registries,
+        "tailgate_sampler_early_decisions_total",
+        &["reason=\"leaving\""],
+    );
+    eprintln!(
+        "one tier: {} traces kept of {TRACES}; hand-offs: {handed_traces} traces, \
+         {handed_sent} spans sent, {handed_received} received, {forwarded} forwarded; \
+         split or duplicated traces: {}; decided on leave: {leaving_early}",
+        by_trace.len(),
+        incomplete.len()
+    );
+    assert!(
+        incomplete.is_empty(),
+        "{} kept traces are split or duplicated, e.g. {:?}",
+        incomplete.len(),
+        incomplete.first().map(|(_, spans)| spans.len())
+    );
+    let kept: HashSet<[u8; 16]> = by_trace.keys().copied().collect();
+    let missing = expected.difference(&kept).count();
+    let extra = kept.difference(&expected).count();
+    assert_eq!(
+        (missing, extra),
+        (0, 0),
+        "exactly the traces one instance keeps"
+    );
+    // Each replica's own share went in-process: outcomes recorded for its own address,
+    // and nothing sent over the network to it.
+    for (i, registry) in registries.iter().enumerate().skip(1) {
+        let own = format!("{}:{port}", IPS[i]);
+        let one = std::slice::from_ref(registry);
+        let endpoint = format!("endpoint=\"{own}\"");
+        let exporter = format!("exporter=\"loadbalancing/{own}\"");
+        assert!(
+            total(
+                one,
+                "otelcol_loadbalancer_backend_outcome_total",
+                &[&endpoint, "success=\"true\""]
+            ) > 0.0,
+            "replica {i} routed to itself"
+        );
+        assert_eq!(
+            total(one, "otelcol_exporter_sent_spans_total", &[&exporter]),
+            0.0,
+            "replica {i} reached itself in-process, not over the network"
+        );
+    }
+    assert!(handed_traces > 0.0, "the changes moved undecided traces");
+    assert_eq!(
+        handed_sent, handed_received,
+        "every span handed off arrived at its new owner"
+    );
+    assert_eq!(
+        leaving_early, 0.0,
+        "the leaving replica handed everything off"
+    );
+}
