@@ -188,9 +188,9 @@ validate_schemas() {
 }
 check "schema validation (kubernetes-validate --strict ${KUBE_VERSIONS[*]}; CRDs by deploy/monitoring/schemas)" validate_schemas
 
-check "deployment invariants (grace period > shutdown_timeout, probes, one replica)" \
+check "deployment invariants (grace period, probes, env, several replicas only in one tier)" \
   "${DEPLOYCHECK[@]}" invariants "$WORK"/rendered/base.yaml "$WORK"/rendered/homelab.yaml \
-  "$WORK"/rendered/production.yaml "$WORK"/rendered/homelab-minimal.yaml
+  "$WORK"/rendered/production.yaml "$WORK"/rendered/homelab-minimal.yaml "$WORK"/rendered/homelab-ha.yaml
 
 # === alert rules ===
 

@@ -101,34 +101,48 @@ async fn health_reports_serving_then_draining() {
     );
 }
 
-/// Scenario: a gateway running every component of the deployed pipeline (memory limiter,
-/// tail sampling, span metrics, batch, exporters) is scraped.
+/// Scenario: a gateway running every component of the deployed pipelines is scraped: the
+/// one-tier layout of `deploy/base/config/one-tier.yaml` (a `loadbalancing` exporter whose
+/// only backend is this gateway's own `otlp/peers` receiver, feeding tail sampling with
+/// `hand_off`), span metrics, batch and exporters.
 /// Guarantees: every metric family that the alert rules and the dashboard use
 /// (`deploy/monitoring/metrics.txt`) is exposed, with the type listed there, so the
 /// monitoring in `deploy/` cannot silently drift from the binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exposes_every_metric_the_monitoring_uses() {
     let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    // The ring names the peers' receiver by address, so its port is chosen here.
+    let peers = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port");
     let config = format!(
         r#"
 receivers:
   otlp:
     protocols:
       grpc: {{endpoint: 127.0.0.1:0}}
+  otlp/peers:
+    protocols:
+      grpc: {{endpoint: "{peers}"}}
 processors:
   memory_limiter: {{check_interval: 1s, limit_mib: 512}}
   tail_sampling:
+    hand_off: {{exporter: loadbalancing}}
     policies: [{{name: errors, type: status_code, status_code: {{status_codes: [ERROR]}}}}]
   batch: {{}}
 exporters:
   otlp/sink: {{endpoint: "{sink}", tls: {{insecure: true}}}}
+  loadbalancing:
+    routing_key: traceID
+    protocol: {{otlp: {{tls: {{insecure: true}}}}}}
+    resolver: {{static: {{hostnames: ["{peers}"]}}}}
 connectors:
   spanmetrics: {{}}
-  forward: {{}}
 service:
   pipelines:
-    traces/in: {{receivers: [otlp], exporters: [spanmetrics, forward]}}
-    traces/sampled: {{receivers: [forward], processors: [memory_limiter, tail_sampling, batch], exporters: [otlp/sink]}}
+    traces/metrics: {{receivers: [otlp], processors: [memory_limiter], exporters: [spanmetrics]}}
+    traces/route: {{receivers: [otlp], processors: [memory_limiter], exporters: [loadbalancing]}}
+    traces/sample: {{receivers: [otlp/peers], processors: [memory_limiter, tail_sampling, batch], exporters: [otlp/sink]}}
     metrics: {{receivers: [spanmetrics], processors: [batch], exporters: [otlp/sink]}}
   telemetry:
     metrics: {{address: 127.0.0.1:0}}

@@ -11,7 +11,10 @@ Subcommands:
   rules                       check alert labels/annotations, runbook anchors, metric names
                               and that every alert has a firing and a quiet unit test
   invariants FILE...          deployment rules the schemas cannot express (grace period
-                              longer than the drain deadline, one replica, config key exists)
+                              longer than the drain deadline, config key exists, env the
+                              config expands is set; several replicas only with the one-tier
+                              wiring: hand-off, headless Service, pod-IP receiver, peer
+                              NetworkPolicy, PDB, HPA without `replicas`)
 Each prints what it checked and exits 1 on the first class of problems found.
 """
 
@@ -255,6 +258,144 @@ def duration_seconds(text):
     return total
 
 
+# tail_sampling.hand_off.leave_delay when the key is left out.
+DEFAULT_LEAVE_DELAY = 5.0
+ENV_REFERENCE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}")
+
+
+def env_references(value):
+    """Names of the environment variables a config expands (`${env:NAME}`, `${NAME}`)."""
+    if isinstance(value, dict):
+        return set().union(*(env_references(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(env_references(v) for v in value)) if value else set()
+    if isinstance(value, str):
+        return set(ENV_REFERENCE.findall(value.replace("$$", "")))
+    return set()
+
+
+def component_type(component_id):
+    return str(component_id).split("/", 1)[0]
+
+
+def selects(selector, labels):
+    """Whether a matchLabels-style selector (dict) selects `labels`."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def pod_env_from_field(container, field):
+    return {
+        e["name"]
+        for e in container.get("env", [])
+        if ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == field
+    }
+
+
+def samplers(config):
+    """Ids of the tail_sampling processors used in a traces pipeline."""
+    pipelines = (config.get("service") or {}).get("pipelines") or {}
+    return {
+        proc
+        for pid, pipe in pipelines.items()
+        if component_type(pid) == "traces"
+        for proc in (pipe or {}).get("processors", [])
+        if component_type(proc) == "tail_sampling"
+    }
+
+
+def check_one_tier(where, config, hand_off, pod_labels, container, docs):
+    """The wiring a replica needs to route to and recognize its peers (docs/scaling.md)."""
+    problems = []
+    exporters = config.get("exporters") or {}
+    exporter_id = hand_off.get("exporter")
+    lb = exporters.get(exporter_id)
+    if lb is None or component_type(exporter_id) not in ("loadbalancing", "load_balancing"):
+        return [f"{where}: tail_sampling.hand_off.exporter {exporter_id!r} is not a loadbalancing exporter of the config"]
+    if lb.get("routing_key", "traceID") != "traceID":
+        problems.append(f"{where}: exporters.{exporter_id}.routing_key must be traceID")
+    dns = (lb.get("resolver") or {}).get("dns")
+    if not dns:
+        # A fixed list of peers: nothing to check against the manifests.
+        return problems
+    port = int(dns.get("port", 4317))
+    hostname = str(dns.get("hostname", ""))
+    labels = hostname.split(".")
+    services = {
+        (d["metadata"]["name"], d["metadata"].get("namespace")): d
+        for d in docs
+        if d.get("kind") == "Service"
+    }
+    matches = [
+        svc for (name, ns), svc in services.items()
+        if name == labels[0] and (len(labels) < 2 or labels[1] == ns)
+    ]
+    if not matches:
+        problems.append(f"{where}: no Service for resolver.dns.hostname {hostname} in the manifests")
+    for svc in matches:
+        spec = svc["spec"]
+        name = svc["metadata"]["name"]
+        if spec.get("clusterIP") != "None":
+            problems.append(f"{where}: Service/{name} must be headless (clusterIP: None): DNS must answer the pod IPs")
+        if spec.get("publishNotReadyAddresses"):
+            problems.append(f"{where}: Service/{name} must not publish not-ready addresses: a draining pod must leave the ring")
+        if not selects(spec.get("selector"), pod_labels):
+            problems.append(f"{where}: Service/{name} does not select the gateway pods")
+        if port not in [p.get("port") for p in spec.get("ports", [])]:
+            problems.append(f"{where}: Service/{name} has no port {port} (resolver.dns.port)")
+    # The replica finds itself in the ring by the bound address of a receiver: one must
+    # bind the pod IP (not 0.0.0.0) on the ring's port.
+    pod_ip_vars = pod_env_from_field(container, "status.podIP")
+    own = []
+    for rid, receiver in (config.get("receivers") or {}).items():
+        grpc = (((receiver or {}).get("protocols") or {}).get("grpc") or {})
+        host, _, bound_port = str(grpc.get("endpoint", "")).rpartition(":")
+        variable = ENV_REFERENCE.fullmatch(host.removeprefix("[").removesuffix("]"))
+        if bound_port == str(port) and variable and variable.group(1) in pod_ip_vars:
+            own.append(rid)
+    if not own:
+        problems.append(
+            f"{where}: no OTLP/gRPC receiver binds ${{env:POD_IP}}:{port} with POD_IP from "
+            "status.podIP: the replica would not recognize itself in its ring"
+        )
+    if port not in [p.get("containerPort") for p in container.get("ports", [])]:
+        problems.append(f"{where}: container port {port} (the peers' port) is not declared")
+    # Ingress on the peers' port from the gateway pods only; egress to them allowed.
+    policies = [
+        d for d in docs
+        if d.get("kind") == "NetworkPolicy"
+        and selects((d["spec"].get("podSelector") or {}).get("matchLabels"), pod_labels)
+    ]
+    admitted = False
+    for np in policies:
+        for rule in np["spec"].get("ingress", []) or []:
+            ports = [p.get("port") for p in rule.get("ports", [])] or None
+            if ports is not None and port not in ports:
+                continue
+            peers = rule.get("from")
+            if not peers:
+                problems.append(f"{where}: NetworkPolicy/{np['metadata']['name']} admits port {port} from anywhere")
+                continue
+            for peer in peers:
+                if set(peer) != {"podSelector"} or not selects((peer["podSelector"] or {}).get("matchLabels"), pod_labels):
+                    problems.append(
+                        f"{where}: NetworkPolicy/{np['metadata']['name']} admits port {port} "
+                        "from other than the gateway pods"
+                    )
+                else:
+                    admitted = True
+    if policies and not admitted:
+        problems.append(f"{where}: no NetworkPolicy admits port {port} from the gateway pods")
+    if any("Egress" in np["spec"].get("policyTypes", []) for np in policies):
+        if not any(
+            (not r.get("ports") or port in [p.get("port") for p in r["ports"]])
+            and any(selects((t.get("podSelector") or {}).get("matchLabels"), pod_labels) for t in r.get("to", []))
+            for np in policies
+            for r in np["spec"].get("egress", []) or []
+        ):
+            problems.append(f"{where}: egress is restricted but no NetworkPolicy lets the pods reach each other on {port}")
+    return problems
+
+
 def cmd_invariants(files):
     problems, checked = [], 0
     for path in files:
@@ -268,8 +409,30 @@ def cmd_invariants(files):
             checked += 1
             where = f"{path}: Deployment/tailgate"
             spec, pod = d["spec"], d["spec"]["template"]["spec"]
-            if spec.get("replicas") != 1:
-                problems.append(f"{where}: replicas must be 1 until scale-out by trace id exists")
+            pod_labels = d["spec"]["template"]["metadata"].get("labels", {})
+            hpas = [
+                h for h in docs
+                if h.get("kind") == "HorizontalPodAutoscaler"
+                and h["spec"]["scaleTargetRef"].get("kind") == "Deployment"
+                and h["spec"]["scaleTargetRef"].get("name") == "tailgate"
+            ]
+            several = bool(hpas) or spec.get("replicas", 1) != 1
+            if hpas and "replicas" in spec:
+                problems.append(f"{where}: replicas must not be set when a HorizontalPodAutoscaler scales it (every apply would reset the count)")
+            for h in hpas:
+                hspec = h["spec"]
+                if hspec.get("minReplicas", 1) < 2:
+                    problems.append(f"{where}: HorizontalPodAutoscaler/{h['metadata']['name']}: minReplicas below 2")
+                window = ((hspec.get("behavior") or {}).get("scaleDown") or {}).get("stabilizationWindowSeconds", 300)
+                if window < 300:
+                    problems.append(f"{where}: HorizontalPodAutoscaler/{h['metadata']['name']}: scale down within {window}s; every step moves traces, keep it slow")
+            if several and not any(
+                p.get("kind") == "PodDisruptionBudget"
+                and selects((p["spec"].get("selector") or {}).get("matchLabels"), pod_labels)
+                and p["spec"].get("maxUnavailable") == 1
+                for p in docs
+            ):
+                problems.append(f"{where}: several replicas need a PodDisruptionBudget with maxUnavailable: 1")
             if pod.get("automountServiceAccountToken") is not False:
                 problems.append(f"{where}: automountServiceAccountToken must be false")
             (container,) = [c for c in pod["containers"] if c["name"] == "tailgate"]
@@ -288,12 +451,32 @@ def cmd_invariants(files):
                 problems.append(f"{where}: {args[0]} is not a key of ConfigMap {cm}")
                 continue
             config = yaml.safe_load(data[key]) or {}
+            defined = {e["name"] for e in container.get("env", [])}
+            for name in sorted(env_references(config) - defined):
+                problems.append(f"{where}: {key} expands ${{env:{name}}} but the container does not set {name}")
+            processors = config.get("processors") or {}
+            hand_offs = {
+                sid: (processors.get(sid) or {}).get("hand_off")
+                for sid in samplers(config)
+            }
+            if several and any(h is None for h in hand_offs.values()):
+                problems.append(
+                    f"{where}: several replicas, but {key} samples what arrives at each replica "
+                    "(no tail_sampling.hand_off): spans of one trace would be split; use the "
+                    "one-tier component (deploy/components/one-tier)"
+                )
+            leave = 0.0
+            for sid, hand_off in hand_offs.items():
+                if hand_off is None:
+                    continue
+                leave = max(leave, duration_seconds(hand_off.get("leave_delay", f"{DEFAULT_LEAVE_DELAY}s")))
+                problems.extend(check_one_tier(f"{where} ({key}, {sid})", config, hand_off, pod_labels, container, docs))
             drain = duration_seconds((config.get("service") or {}).get("shutdown_timeout", "30s"))
             grace = pod.get("terminationGracePeriodSeconds", 30)
-            if not grace > drain:
+            if not grace > drain + leave:
                 problems.append(
                     f"{where}: terminationGracePeriodSeconds {grace} must exceed "
-                    f"service.shutdown_timeout ({drain:g}s) of {key}"
+                    f"service.shutdown_timeout ({drain:g}s) + hand_off.leave_delay ({leave:g}s) of {key}"
                 )
             probes = [container.get(p) for p in ("startupProbe", "readinessProbe", "livenessProbe")]
             if not all(p and p.get("httpGet", {}).get("port") in ("health", 13133) for p in probes):
