@@ -131,6 +131,7 @@ processors:
   tail_sampling:
     decision_wait: 10s
     decision_wait_after_root_received: 1s
+    hand_off: {{exporter: loadbalancing, debounce: 2s, leave_delay: 3s}}
     num_traces: 100
     expected_new_traces_per_sec: 10
     decision_cache: {{sampled_cache_size: 10, non_sampled_cache_size: 10}}
@@ -447,6 +448,63 @@ processors:
         "memory_limiter, tail_sampling, batch",
         "",
     ));
+}
+
+/// Scenario: `tail_sampling.hand_off.exporter` naming an undefined exporter, an OTLP
+/// exporter, and a loadbalancing exporter no pipeline uses; then one the traces pipeline
+/// uses, with the defaults.
+/// Guarantees: each wrong one is refused at the key with what to do; the last loads with
+/// debounce 1s and leave_delay 5s.
+#[test]
+fn hand_off_names_a_used_loadbalancing_exporter() {
+    let with = |named: &str, used: &str| {
+        format!(
+            "
+processors:
+  tail_sampling:
+    policies: [{{name: all, type: always_sample}}]
+    hand_off: {{exporter: {named}}}
+exporters:
+  loadbalancing:
+    protocol: {{otlp: {{tls: {{insecure: true}}}}}}
+    resolver: {{static: {{hostnames: ['127.0.0.1:4317']}}}}
+service:
+  pipelines:
+    traces:
+      processors: [tail_sampling]
+      exporters: [{used}]
+"
+        )
+    };
+    let key = "processors.tail_sampling.hand_off.exporter";
+    assert_problems(
+        &with("otlp/none", "debug"),
+        &[&format!(
+            "{key}: \"otlp/none\" is not defined under exporters"
+        )],
+    );
+    assert_problems(
+        &with("debug", "debug"),
+        &[&format!(
+            "{key}: debug is not a loadbalancing exporter: hand_off follows the ring of a \
+             loadbalancing exporter"
+        )],
+    );
+    assert_problems(
+        &with("loadbalancing", "debug"),
+        &[&format!(
+            "{key}: loadbalancing is not used by any traces pipeline: list it in the \
+             pipeline that routes the senders' spans (e.g. traces/route)"
+        )],
+    );
+    let config = load_over(&with("load_balancing", "debug, loadbalancing"));
+    let Some(ProcessorConfig::TailSampling(tail)) = config.processors.values().next() else {
+        panic!("tail_sampling loaded");
+    };
+    let hand_off = tail.hand_off.as_ref().expect("hand_off read");
+    assert_eq!(hand_off.exporter.kind, "loadbalancing");
+    assert_eq!(hand_off.debounce, std::time::Duration::from_secs(1));
+    assert_eq!(hand_off.leave_delay, std::time::Duration::from_secs(5));
 }
 
 /// `processors` (a `processors:` section) with `service.pipelines.traces` using `used`,
