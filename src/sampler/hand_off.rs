@@ -36,10 +36,9 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use super::TailSampler;
 use super::buffer::PendingTrace;
 use crate::otlp::{TraceId, TraceRequestWriter};
-use crate::payload::{BoxFuture, Payload, TraceBatch};
+use crate::payload::{BoxFuture, TraceBatch};
 
 /// How often a leaving replica sweeps what still reaches it.
 pub const LEAVING_SWEEP: Duration = Duration::from_millis(200);
@@ -51,7 +50,7 @@ const SETTLE: Duration = Duration::from_secs(1);
 
 /// Hand-off requests are about this many encoded bytes (a trace is never split: one
 /// larger than this goes alone).
-const HAND_OFF_REQUEST_BYTES: usize = 1 << 20;
+pub(super) const HAND_OFF_REQUEST_BYTES: usize = 1 << 20;
 
 /// Which replica owns a trace, as this process's ring says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,15 +107,15 @@ pub struct HandOffSettings {
 /// A sampler's link to its peers: the ring it follows and the hand-offs on their way.
 pub(super) struct HandOffLink {
     peers: Arc<dyn Peers>,
-    ownership: watch::Receiver<Arc<dyn Ownership>>,
-    settings: HandOffSettings,
+    pub(super) ownership: watch::Receiver<Arc<dyn Ownership>>,
+    pub(super) settings: HandOffSettings,
     /// Hand-offs and forwarded spans waiting for the exporter, oldest first.
     outbox: Mutex<VecDeque<TraceBatch>>,
     /// Spans in the outbox, or on their way out of it until the exporter took them.
     spans: AtomicUsize,
     /// Encoded bytes of those spans' requests (what their charges hold).
     bytes: AtomicUsize,
-    wake: Notify,
+    pub(super) wake: Notify,
     /// Until when root spans may not bring decisions forward (see [`SETTLE`]).
     settle_until: Mutex<Option<Instant>>,
 }
@@ -149,7 +148,7 @@ impl HandOffLink {
     }
 
     /// Records a membership change seen at `now`.
-    fn changed(&self, now: Instant) {
+    pub(super) fn changed(&self, now: Instant) {
         let until = now + self.settings.debounce + SETTLE;
         *self.settle_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
     }
@@ -180,7 +179,7 @@ impl HandOffLink {
     }
 
     /// Hands everything in the outbox to the exporter, oldest first.
-    async fn flush(&self) {
+    pub(super) async fn flush(&self) {
         loop {
             let Some(batch) = self.lock_outbox().pop_front() else {
                 return;
@@ -195,116 +194,8 @@ impl HandOffLink {
     }
 }
 
-impl TailSampler {
-    /// The hand-off task of a sampler that follows a ring: sweeps after membership changes
-    /// (and while leaving), and hands the outbox to the exporter. Ends, with the outbox
-    /// flushed, once the decision task ([`run`](Self::run)) has ended. Returns at once
-    /// for a sampler without `hand_off`.
-    ///
-    /// # Cancel safety
-    ///
-    /// Not cancel safe: hand-offs in the outbox are lost when the future is dropped.
-    pub async fn run_hand_off(self: Arc<Self>) {
-        let Some(link) = &self.hand_off else {
-            return;
-        };
-        let mut stopped = self.stopped();
-        let mut changes = link.ownership.clone();
-        let mut sweep_at: Option<Instant> = None;
-        let mut ring_open = true;
-        loop {
-            link.flush().await;
-            let leaving = link.ownership().leaving();
-            let wake_at = match (sweep_at, leaving) {
-                (_, true) => Some(Instant::now() + LEAVING_SWEEP),
-                (at, false) => at,
-            };
-            tokio::select! {
-                biased;
-                done = stopped.wait_for(|stopped| *stopped) => {
-                    let _ = done;
-                    break;
-                }
-                changed = changes.changed(), if ring_open => {
-                    if changed.is_err() {
-                        ring_open = false;
-                        continue;
-                    }
-                    let now_leaving = changes.borrow_and_update().leaving();
-                    link.changed(Instant::now());
-                    let wait = if now_leaving { Duration::ZERO } else { link.settings.debounce };
-                    sweep_at = Some(Instant::now() + wait);
-                }
-                () = link.wake.notified() => {}
-                () = sleep_until_some(wake_at) => {
-                    sweep_at = None;
-                    self.sweep();
-                }
-            }
-        }
-        link.flush().await;
-    }
-
-    /// Takes every undecided trace that another replica owns out of the buffer and queues
-    /// it, whole, for its owner. Returns the traces handed off.
-    pub(super) fn sweep(&self) -> usize {
-        let Some(link) = &self.hand_off else {
-            return 0;
-        };
-        let ownership = link.ownership();
-        let mut moving: Vec<PendingTrace> = Vec::new();
-        for shard_index in 0..self.shards.len() {
-            let mut shard = self.lock(shard_index);
-            let leaving: Vec<TraceId> = shard
-                .traces
-                .keys()
-                .filter(|id| ownership.owner(id) == Owner::Peer)
-                .copied()
-                .collect();
-            for trace_id in leaving {
-                if let Some(trace) = shard.take(&trace_id) {
-                    self.release(&trace);
-                    moving.push(trace);
-                }
-            }
-        }
-        let traces = moving.len();
-        if traces == 0 {
-            return 0;
-        }
-        let mut spans = 0usize;
-        let mut writer = TraceRequestWriter::new();
-        for trace in moving {
-            spans += trace.spans.len();
-            write_unchanged(&mut writer, trace);
-            if writer.encoded_len() >= HAND_OFF_REQUEST_BYTES {
-                link.push(
-                    TraceBatch::from(std::mem::take(&mut writer).finish()).charged(&self.budget),
-                );
-            }
-        }
-        if !writer.is_empty() {
-            link.push(TraceBatch::from(writer.finish()).charged(&self.budget));
-        }
-        if let Some(metrics) = &self.metrics.hand_off {
-            metrics.traces_sent.inc_by(traces as u64);
-            metrics.spans_sent.inc_by(spans as u64);
-        }
-        self.metrics
-            .record_spans(super::SpanOutcome::HandedOff, spans as u64);
-        self.publish_gauges();
-        tracing::info!(
-            event = "sampler.handed_off",
-            traces,
-            spans,
-            leaving = ownership.leaving(),
-        );
-        traces
-    }
-}
-
 /// Sleeps until `at`, or forever when `None`.
-async fn sleep_until_some(at: Option<Instant>) {
+pub(super) async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -313,7 +204,7 @@ async fn sleep_until_some(at: Option<Instant>) {
 
 /// Frames a pending trace's spans as they arrived (no threshold, no policy name: it is
 /// undecided) into `writer`.
-fn write_unchanged(writer: &mut TraceRequestWriter, trace: PendingTrace) {
+pub(super) fn write_unchanged(writer: &mut TraceRequestWriter, trace: PendingTrace) {
     let arena = Bytes::from(trace.arena);
     for span in &trace.spans {
         let origin = &trace.origins[span.origin as usize];

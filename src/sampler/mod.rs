@@ -1108,6 +1108,115 @@ impl TailSampler {
     }
 }
 
+/// Hand-off (see the `hand_off` module): the task, and the sweep.
+impl TailSampler {
+    /// The hand-off task of a sampler that follows a ring: sweeps after membership changes
+    /// (and while leaving), and hands the outbox to the exporter. Ends, with the outbox
+    /// flushed, once the decision task ([`run`](Self::run)) has ended. Returns at once
+    /// for a sampler without `hand_off`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: hand-offs in the outbox are lost when the future is dropped.
+    pub async fn run_hand_off(self: Arc<Self>) {
+        let Some(link) = &self.hand_off else {
+            return;
+        };
+        let mut stopped = self.stopped();
+        let mut changes = link.ownership.clone();
+        let mut sweep_at: Option<Instant> = None;
+        let mut ring_open = true;
+        loop {
+            link.flush().await;
+            let leaving = link.ownership().leaving();
+            let wake_at = match (sweep_at, leaving) {
+                (_, true) => Some(Instant::now() + hand_off::LEAVING_SWEEP),
+                (at, false) => at,
+            };
+            tokio::select! {
+                biased;
+                done = stopped.wait_for(|stopped| *stopped) => {
+                    let _ = done;
+                    break;
+                }
+                changed = changes.changed(), if ring_open => {
+                    if changed.is_err() {
+                        ring_open = false;
+                        continue;
+                    }
+                    let now_leaving = changes.borrow_and_update().leaving();
+                    link.changed(Instant::now());
+                    let wait = if now_leaving { Duration::ZERO } else { link.settings.debounce };
+                    sweep_at = Some(Instant::now() + wait);
+                }
+                () = link.wake.notified() => {}
+                () = hand_off::sleep_until_some(wake_at) => {
+                    sweep_at = None;
+                    self.sweep();
+                }
+            }
+        }
+        link.flush().await;
+    }
+
+    /// Takes every undecided trace that another replica owns out of the buffer and queues
+    /// it, whole, for its owner. Returns the traces handed off.
+    pub(super) fn sweep(&self) -> usize {
+        let Some(link) = &self.hand_off else {
+            return 0;
+        };
+        let ownership = link.ownership();
+        let mut moving: Vec<PendingTrace> = Vec::new();
+        for shard_index in 0..self.shards.len() {
+            let mut shard = self.lock(shard_index);
+            let leaving: Vec<TraceId> = shard
+                .traces
+                .keys()
+                .filter(|id| ownership.owner(id) == Owner::Peer)
+                .copied()
+                .collect();
+            for trace_id in leaving {
+                if let Some(trace) = shard.take(&trace_id) {
+                    self.release(&trace);
+                    moving.push(trace);
+                }
+            }
+        }
+        let traces = moving.len();
+        if traces == 0 {
+            return 0;
+        }
+        let mut spans = 0usize;
+        let mut writer = TraceRequestWriter::new();
+        for trace in moving {
+            spans += trace.spans.len();
+            hand_off::write_unchanged(&mut writer, trace);
+            if writer.encoded_len() >= hand_off::HAND_OFF_REQUEST_BYTES {
+                link.push(
+                    TraceBatch::from(std::mem::take(&mut writer).finish()).charged(&self.budget),
+                );
+            }
+        }
+        if !writer.is_empty() {
+            link.push(TraceBatch::from(writer.finish()).charged(&self.budget));
+        }
+        if let Some(metrics) = &self.metrics.hand_off {
+            metrics.traces_sent.inc_by(traces as u64);
+            metrics.spans_sent.inc_by(spans as u64);
+        }
+        self.metrics
+            .record_spans(SpanOutcome::HandedOff, spans as u64);
+        self.publish_gauges();
+        tracing::info!(
+            event = "sampler.handed_off",
+            traces,
+            spans,
+            leaving = ownership.leaving(),
+        );
+        traces
+    }
+}
+
 /// Frames spans forwarded to the replica that owns their traces, unchanged, into one
 /// request (the one copy of their bytes; uncharged: the caller charges it).
 fn frame_forward(origins: &[Arc<Origin>], mut spans: Vec<ForwardSpan<'_>>) -> TraceBatch {

@@ -121,8 +121,9 @@ pub struct LoadBalancer {
     backends_ready: watch::Sender<bool>,
     /// The DNS resolver task, stopped at shutdown; `None` for the static resolver.
     dns: std::sync::Mutex<Option<DnsTask>>,
-    /// This process's receivers that may be backends.
-    local: LocalReceivers,
+    /// This process's receivers that may be backends (shared with the pipelines'
+    /// [`UpstreamInput`], which releases them).
+    local: Arc<LocalReceivers>,
     /// The ring as samplers that follow it see it, replaced at every change.
     membership: watch::Sender<Arc<dyn Ownership>>,
     /// Set when this process leaves: its own receivers are kept out of the ring.
@@ -158,7 +159,7 @@ fn unstarted(
         started: std::sync::Mutex::new(Vec::new()),
         backends_ready: watch::channel(false).0,
         dns: std::sync::Mutex::new(None),
-        local: LocalReceivers::default(),
+        local: Arc::new(LocalReceivers::default()),
         membership: watch::channel(empty).0,
         leaving: AtomicBool::new(false),
         resolved: std::sync::Mutex::new(Vec::new()),
@@ -282,7 +283,7 @@ impl LoadBalancer {
     /// balancer, shared): when the last of them has ended, the local receivers are let go
     /// (see `local.rs`).
     pub fn pipeline_input(self: &Arc<Self>) -> SharedConsumer<TraceBatch> {
-        Arc::new(UpstreamInput::new(self, self.handle()))
+        Arc::new(UpstreamInput::new(&self.local, self.handle()))
     }
 
     /// Makes `receivers` (this process's OTLP/gRPC receivers, by bound address, with the
@@ -303,11 +304,6 @@ impl LoadBalancer {
             }
         }
         self.publish(&members);
-    }
-
-    /// Lets go of the local receivers' sinks: the pipelines exporting here have ended.
-    pub(super) fn release_local(&self) {
-        self.local.release();
     }
 
     /// Takes this process out of its own ring for good (SIGTERM): what it owned is owned

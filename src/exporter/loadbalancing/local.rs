@@ -4,7 +4,7 @@
 //! receivers is this process: what it owns skips the network and is admitted into that
 //! receiver's pipelines in-process, as the receiver itself would admit it (all pipelines or
 //! none, hand-offs marked). The receivers are attached once bound
-//! ([`super::LoadBalancer::attach_local`]).
+//! (`LoadBalancer::attach_local`).
 //!
 //! A local receiver's sink keeps its pipelines open (their entries close when every sink
 //! feeding them is gone), so the load balancer lets go of it when the pipelines that export
@@ -16,7 +16,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use super::LoadBalancer;
 use crate::error::PipelineError;
 use crate::exporter::TracesExporter;
 use crate::payload::{Arrival, BoxFuture, Consumer, TraceBatch, TracesSink};
@@ -113,16 +112,16 @@ impl LocalReceivers {
 /// and releases the local receivers when the last pipeline holding it has ended.
 pub struct UpstreamInput {
     exporter: TracesExporter,
-    load_balancer: Weak<LoadBalancer>,
+    local: Weak<LocalReceivers>,
 }
 
 impl UpstreamInput {
-    /// The consumer for the pipelines that export to `load_balancer` through `exporter`
-    /// (its handle).
-    pub(super) fn new(load_balancer: &Arc<LoadBalancer>, exporter: TracesExporter) -> Self {
+    /// The consumer for the pipelines that export through `exporter` (a load balancer's
+    /// handle) to a load balancer whose local receivers are `local`.
+    pub(super) fn new(local: &Arc<LocalReceivers>, exporter: TracesExporter) -> Self {
         Self {
             exporter,
-            load_balancer: Arc::downgrade(load_balancer),
+            local: Arc::downgrade(local),
         }
     }
 }
@@ -135,8 +134,8 @@ impl Consumer<TraceBatch> for UpstreamInput {
 
 impl Drop for UpstreamInput {
     fn drop(&mut self) {
-        if let Some(load_balancer) = self.load_balancer.upgrade() {
-            load_balancer.release_local();
+        if let Some(local) = self.local.upgrade() {
+            local.release();
         }
     }
 }
