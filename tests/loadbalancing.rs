@@ -8,13 +8,11 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, status};
-use prost::Message;
 use rand::{Rng, SeedableRng};
 use tailgate::otlp::TraceId;
 use tailgate::sampler::threshold::{Threshold, trace_id_randomness};
@@ -146,29 +144,13 @@ async fn send(front_grpc: SocketAddr, front_http: SocketAddr, traces: &[([u8; 16
     let mut grpc = TraceServiceClient::connect(format!("http://{front_grpc}"))
         .await
         .expect("front tier accepts gRPC");
-    let url = format!("http://{front_http}/v1/traces");
     for part in 0..3 {
         for (i, chunk) in traces.chunks(CHUNK).enumerate() {
             let request = request(chunk, part);
             if (i + part) % 2 == 0 {
                 grpc.export(request).await.expect("gRPC export accepted");
             } else {
-                let url = url.clone();
-                let body = Bytes::from(request.encode_to_vec());
-                let status = tokio::task::spawn_blocking(move || {
-                    // A blocking client must live and die off the async workers.
-                    reqwest::blocking::Client::new()
-                        .post(&url)
-                        .header("content-type", "application/x-protobuf")
-                        .body(body)
-                        .send()
-                        .expect("HTTP export sent")
-                        .status()
-                        .as_u16()
-                })
-                .await
-                .expect("HTTP task");
-                assert_eq!(status, 200, "HTTP export accepted");
+                replicas::export_http(front_http, &request).await;
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -33,6 +33,7 @@ const KEEP_ALL: &str = "    decision_wait: 1s
 
 /// The front tier: `loadbalancing` with the DNS resolver asking `nameserver` every 200ms.
 fn front_config(nameserver: SocketAddr, port: u16) -> String {
+    let loadbalancing = replicas::dns_loadbalancing(NAME, port, nameserver);
     format!(
         r#"
 receivers:
@@ -45,21 +46,7 @@ processors:
     send_batch_size: 512
     timeout: 50ms
 exporters:
-  loadbalancing:
-    protocol:
-      otlp:
-        tls:
-          insecure: true
-        retry_on_failure:
-          initial_interval: 100ms
-    resolver:
-      dns:
-        hostname: {NAME}
-        port: {port}
-        interval: 200ms
-        timeout: 1s
-        nameserver: '{nameserver}'
-service:
+{loadbalancing}service:
   pipelines:
     traces:
       receivers: [otlp]

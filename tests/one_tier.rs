@@ -9,10 +9,9 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
 use rand::{Rng, SeedableRng};
 use tailgate::otlp::TraceId;
 use tailgate::sampler::threshold::{Threshold, trace_id_randomness};
@@ -39,7 +38,7 @@ const LEAVE_AFTER: usize = 7;
 /// all replicas), routing through DNS at `nameserver`, sampling with hand-off.
 fn replica_config(peers: SocketAddr, nameserver: SocketAddr, sink: SocketAddr) -> String {
     let ip = peers.ip();
-    let port = peers.port();
+    let loadbalancing = replicas::dns_loadbalancing(NAME, peers.port(), nameserver);
     format!(
         r#"
 receivers:
@@ -64,22 +63,7 @@ processors:
     send_batch_size: 512
     timeout: 50ms
 exporters:
-  loadbalancing:
-    routing_key: traceID
-    protocol:
-      otlp:
-        tls:
-          insecure: true
-        retry_on_failure:
-          initial_interval: 100ms
-    resolver:
-      dns:
-        hostname: {NAME}
-        port: {port}
-        interval: 200ms
-        timeout: 1s
-        nameserver: '{nameserver}'
-  otlp/sink:
+{loadbalancing}  otlp/sink:
     endpoint: {sink}
     tls:
       insecure: true
@@ -114,35 +98,16 @@ fn sender_ports(gateway: &Gateway) -> SenderPorts {
 }
 
 /// Sends one request, over gRPC or HTTP.
-async fn send_one(to: SenderPorts, body: Bytes, grpc: bool) {
-    if grpc {
-        let request = prost::Message::decode(body).expect("own request");
-        let mut client = TraceServiceClient::connect(format!("http://{}", to.grpc))
-            .await
-            .expect("replica accepts gRPC");
-        client
-            .export(tonic::Request::<
-                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
-            >::new(request))
-            .await
-            .expect("gRPC export accepted");
-        return;
+async fn send_one(to: SenderPorts, request: ExportTraceServiceRequest, grpc: bool) {
+    if !grpc {
+        return replicas::export_http(to.http, &request).await;
     }
-    let url = format!("http://{}/v1/traces", to.http);
-    let status = tokio::task::spawn_blocking(move || {
-        // A blocking client must live and die off the async workers.
-        reqwest::blocking::Client::new()
-            .post(&url)
-            .header("content-type", "application/x-protobuf")
-            .body(body)
-            .send()
-            .expect("HTTP export sent")
-            .status()
-            .as_u16()
-    })
-    .await
-    .expect("HTTP task");
-    assert_eq!(status, 200, "HTTP export accepted");
+    TraceServiceClient::connect(format!("http://{}", to.grpc))
+        .await
+        .expect("replica accepts gRPC")
+        .export(request)
+        .await
+        .expect("gRPC export accepted");
 }
 
 /// The value of counter/gauge `name` with `labels` summed over the replicas' registries.
@@ -198,9 +163,8 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
                 continue;
             };
             for chunk in wave.chunks(CHUNK) {
-                let body = Bytes::from(request(chunk, part).encode_to_vec());
                 let to = senders[rng.random_range(0..senders.len())];
-                send_one(to, body, sent_requests.is_multiple_of(2)).await;
+                send_one(to, request(chunk, part), sent_requests.is_multiple_of(2)).await;
                 sent_requests += 1;
             }
         }

@@ -20,8 +20,8 @@ use tokio::task::JoinHandle;
 
 use crate::batcher::{BatchMetricFamilies, Batcher};
 use crate::config::{
-    ComponentId, Config, ConnectorConfig, ExporterConfig, ExtensionConfig, PipelineId,
-    ProcessorConfig, Signal,
+    ComponentId, Config, ConnectorConfig, ExporterConfig, ExtensionConfig, HandOffConfig,
+    PipelineId, ProcessorConfig, Signal,
 };
 use crate::connector::{ForwardConnector, SpanMetricsFlusher, SpanMetricsMetricFamilies};
 use crate::exporter::loadbalancing::{LoadBalancer, LoadBalancerMetricFamilies};
@@ -486,7 +486,7 @@ impl Wiring for TraceBatch {
         );
         let peers = match &tail_sampling.hand_off {
             Some(hand_off) => {
-                let load_balancer = builder.followed_load_balancer(&hand_off.exporter)?;
+                let load_balancer = builder.followed_load_balancer(hand_off)?;
                 metrics = builder.sampler_families.for_hand_off(id, metrics);
                 let peers: Arc<dyn Peers> = load_balancer;
                 let settings = HandOffSettings {
@@ -575,48 +575,33 @@ impl Wiring for MetricsBatch {
 }
 
 impl Builder<'_> {
-    /// The load balancer that a sampler's `hand_off.exporter` names (`named`), started if
-    /// no pipeline has started it yet; its samplers' leave delay is recorded.
+    /// The load balancer that a sampler's `hand_off.exporter` names, started if no
+    /// pipeline has started it yet; the sampler's leave delay is recorded for it.
     fn followed_load_balancer(
         &mut self,
-        named: &ComponentId,
+        hand_off: &HandOffConfig,
     ) -> Result<Arc<LoadBalancer>, BuildError> {
-        let config = self.config;
+        let named = &hand_off.exporter;
         // Validation guarantees a loadbalancing exporter of that kind and name.
-        let Some(id) = config
+        let id = self
+            .config
             .exporters
             .keys()
             .find(|id| id.kind == named.kind && id.name == named.name)
-        else {
-            return Err(BuildError::Exporter {
-                id: named.clone(),
-                source: ExporterError::Routing {
-                    exporter: named.written.clone(),
-                },
-            });
-        };
+            .unwrap_or(named);
         self.consumer::<TraceBatch>(id)?;
-        let leave_delay = config.processors.values().find_map(|p| match p {
-            ProcessorConfig::TailSampling(tail) => tail
-                .hand_off
-                .as_ref()
-                .filter(|h| h.exporter.kind == named.kind && h.exporter.name == named.name)
-                .map(|h| h.leave_delay),
-            _ => None,
-        });
-        if let Some(delay) = leave_delay {
-            let entry = self.followed.entry(id.clone()).or_insert(delay);
-            *entry = (*entry).max(delay);
-        }
-        match self.load_balancers.get(id) {
-            Some((load_balancer, _)) => Ok(load_balancer.clone()),
-            None => Err(BuildError::Exporter {
-                id: id.clone(),
-                source: ExporterError::Routing {
-                    exporter: id.written.clone(),
-                },
-            }),
-        }
+        let delay = self
+            .followed
+            .entry(id.clone())
+            .or_insert(hand_off.leave_delay);
+        *delay = (*delay).max(hand_off.leave_delay);
+        let load_balancer = self.load_balancers.get(id).map(|(lb, _)| lb.clone());
+        load_balancer.ok_or_else(|| BuildError::Exporter {
+            id: id.clone(),
+            source: ExporterError::Routing {
+                exporter: id.written.clone(),
+            },
+        })
     }
 
     /// The sink a connector `id` feeds: the entries of the pipelines of signal `P` that

@@ -1135,10 +1135,7 @@ impl TailSampler {
             };
             tokio::select! {
                 biased;
-                done = stopped.wait_for(|stopped| *stopped) => {
-                    let _ = done;
-                    break;
-                }
+                _ = stopped.wait_for(|stopped| *stopped) => break,
                 changed = changes.changed(), if ring_open => {
                     if changed.is_err() {
                         ring_open = false;

@@ -3,6 +3,10 @@
 
 use std::net::{SocketAddr, TcpListener};
 
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+
 use tailgate::service::Gateway;
 
 /// The config of a sampling replica: OTLP/gRPC on `listen`, then the processors
@@ -75,4 +79,52 @@ pub async fn start_on_one_port(
         }
     }
     panic!("no port free on all of {ips:?}");
+}
+
+/// The `loadbalancing` exporter (as an entry of `exporters:`, indented by two spaces) that
+/// resolves `hostname` every 200ms through the DNS server at `nameserver`, routing by trace
+/// id to port `port` of each address, retrying a refused hand-over after 100ms.
+pub fn dns_loadbalancing(hostname: &str, port: u16, nameserver: SocketAddr) -> String {
+    format!(
+        r#"  loadbalancing:
+    routing_key: traceID
+    protocol:
+      otlp:
+        tls:
+          insecure: true
+        retry_on_failure:
+          initial_interval: 100ms
+    resolver:
+      dns:
+        hostname: {hostname}
+        port: {port}
+        interval: 200ms
+        timeout: 1s
+        nameserver: '{nameserver}'
+"#
+    )
+}
+
+/// Posts `request` as OTLP/HTTP protobuf to `http` (a receiver's HTTP address).
+///
+/// # Panics
+///
+/// When the request cannot be sent or is not answered 200.
+pub async fn export_http(http: SocketAddr, request: &ExportTraceServiceRequest) {
+    let url = format!("http://{http}/v1/traces");
+    let body = Bytes::from(request.encode_to_vec());
+    let status = tokio::task::spawn_blocking(move || {
+        // A blocking client must live and die off the async workers.
+        reqwest::blocking::Client::new()
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(body)
+            .send()
+            .expect("HTTP export sent")
+            .status()
+            .as_u16()
+    })
+    .await
+    .expect("HTTP task");
+    assert_eq!(status, 200, "HTTP export accepted");
 }
