@@ -13,12 +13,14 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use rand::{Rng, SeedableRng};
+use tailgate::exporter::loadbalancing::Ring;
 use tailgate::otlp::TraceId;
 use tailgate::sampler::threshold::{Threshold, trace_id_randomness};
 use tailgate::service::Gateway;
 
 use crate::loadbalancing::{SEED_POLICIES, SPANS_PER_TRACE, request};
 use crate::support::dns::Dnsmasq;
+use crate::support::process::GatewayProcess;
 use crate::support::{self, OtlpSink, SinkBehavior, replicas};
 
 const NAME: &str = "peers.test";
@@ -341,4 +343,210 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
         leaving_early, 0.0,
         "the leaving replica handed everything off"
     );
+}
+
+/// The replicas of the kill test: two in this process, and one child process to kill.
+const KILL_IPS: [&str; 3] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+const KILL_TRACES: usize = 6_000;
+const KILL_WAVES: usize = 8;
+/// The step after which the child replica is killed.
+const KILL_AFTER: usize = 3;
+
+/// Scenario: three one-tier replicas as in the join-and-leave test, the third a child
+/// process (127.0.0.4); 6,000 traces of 4 spans (40% errors) sent in waves of three parts
+/// 400ms apart to random replicas (gRPC; HTTP to the in-process ones on odd requests).
+/// After step 3 the child is killed with SIGKILL and taken out of the senders' choice;
+/// the survivors go on routing its share to it for one more step (their requests to it
+/// fail and are retried), then it is taken out of DNS.
+/// Guarantees: what the killed replica held is the only loss: every trace it neither owned
+/// (on the ring of three) while in flight nor received from a sender is exported exactly as
+/// one instance would (every error trace, the 10% with R >= T, each whole); no span reaches
+/// the sink twice and no trace is kept that one instance would not keep; the survivors
+/// accepted every span sent to them after the kill and drop nothing, and their exporters
+/// count no failure: the requests they were retrying towards the dead replica went to its
+/// successors. The loss is counted and printed (traces and spans, and what the killed
+/// replica reported holding just before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replica_loses_only_what_it_held() {
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let mut dns = Dnsmasq::start(&KILL_IPS.map(|ip| (ip, NAME))).await;
+    let nameserver = dns.addr;
+    let (gateways, port) = replicas::start_on_one_port(&KILL_IPS[..2], |peers, _| {
+        replica_config(peers, nameserver, sink.addr)
+    })
+    .await;
+    let victim_peers: SocketAddr = format!("{}:{port}", KILL_IPS[2]).parse().expect("address");
+    let victim = GatewayProcess::start(&replica_config(victim_peers, nameserver, sink.addr));
+    let victim_grpc: SocketAddr = victim.grpc.parse().expect("the child's gRPC address");
+    let registries: Vec<prometheus::Registry> =
+        gateways.iter().map(|g| g.registry.clone()).collect();
+    let survivors: Vec<SenderPorts> = gateways.iter().map(sender_ports).collect();
+    let ring = Ring::new(&KILL_IPS.map(|ip| format!("{ip}:{port}")));
+    let victim_address = victim_peers.to_string();
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+    let traces: Vec<([u8; 16], bool)> = (0..KILL_TRACES)
+        .map(|_| (rng.random::<[u8; 16]>(), rng.random_bool(0.4)))
+        .collect();
+    let waves: Vec<&[([u8; 16], bool)]> = traces.chunks(KILL_TRACES / KILL_WAVES).collect();
+
+    let mut touched: HashSet<[u8; 16]> = HashSet::new();
+    let mut victim = Some(victim);
+    let mut victim_held = 0.0;
+    let mut sent_to_survivors = 0usize;
+    let mut sent_requests = 0usize;
+    for step in 0..KILL_WAVES + 2 {
+        for part in 0..3 {
+            let Some(wave) = step.checked_sub(part).and_then(|w| waves.get(w)) else {
+                continue;
+            };
+            for chunk in wave.chunks(CHUNK) {
+                let pick = rng.random_range(0..if victim.is_some() { 3 } else { 2 });
+                let grpc = sent_requests.is_multiple_of(2) || pick == 2;
+                sent_requests += 1;
+                if pick == 2 {
+                    touched.extend(chunk.iter().map(|(id, _)| *id));
+                    let to = SenderPorts {
+                        grpc: victim_grpc,
+                        http: victim_grpc,
+                    };
+                    send_one(to, request(chunk, part), true).await;
+                } else {
+                    sent_to_survivors += chunk.len() * part_spans(part);
+                    send_one(survivors[pick], request(chunk, part), grpc).await;
+                }
+            }
+        }
+        if step == KILL_AFTER {
+            let killed = victim.take().expect("the victim runs");
+            let text = support::reqwest_get(&killed.metrics_url).await.1;
+            victim_held = support::metric_value(&text, "tailgate_sampler_spans_held", &[]);
+            let _log = killed.kill9();
+            // Traces the victim owned and had seen a part of are its to lose.
+            for wave in &waves[..=KILL_AFTER] {
+                touched.extend(
+                    wave.iter()
+                        .filter(|(id, _)| {
+                            ring.owner_address(&TraceId(*id)) == Some(victim_address.as_str())
+                        })
+                        .map(|(id, _)| *id),
+                );
+            }
+        }
+        if step == KILL_AFTER + 1 {
+            // The survivors learn of the death only now: meanwhile they routed this step's
+            // spans of the victim's traces to it, and keep retrying them.
+            dns.set_hosts(&[(KILL_IPS[0], NAME), (KILL_IPS[1], NAME)], NAME)
+                .await;
+        }
+        tokio::time::sleep(STEP).await;
+    }
+
+    let ten_percent = Threshold::from_probability(0.10).expect("a probability");
+    let keeps = |(id, error): &([u8; 16], bool)| {
+        *error || ten_percent.keeps(trace_id_randomness(&TraceId(*id)))
+    };
+    let expected: HashSet<[u8; 16]> = traces.iter().filter(|t| keeps(t)).map(|t| t.0).collect();
+    let expected_untouched: HashSet<[u8; 16]> = expected.difference(&touched).copied().collect();
+    // Wait until every untouched kept trace has arrived whole, and the survivors hold
+    // nothing more.
+    let arrived = support::eventually(Duration::from_secs(60), || {
+        let ids: HashSet<[u8; 16]> = sink
+            .handle
+            .spans()
+            .iter()
+            .filter_map(|s| s.span.trace_id.as_slice().try_into().ok())
+            .collect();
+        let all = expected_untouched.is_subset(&ids);
+        async move { all }
+    })
+    .await;
+    let settled = support::eventually(Duration::from_secs(30), || {
+        let held = total(&registries, "tailgate_sampler_spans_held", &[]);
+        async move { held == 0.0 }
+    })
+    .await;
+    // One more decision window's worth, for anything still on its way.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let accepted = total(
+        &registries,
+        "otelcol_receiver_accepted_spans_total",
+        &["receiver=\"otlp\""],
+    );
+    let refused = total(
+        &registries,
+        "otelcol_receiver_refused_spans_total",
+        &["receiver=\"otlp\""],
+    );
+    let export_failed = total(&registries, "otelcol_exporter_send_failed_spans_total", &[]);
+    let mut dropped = 0;
+    for gateway in gateways {
+        dropped += gateway.shutdown().await.dropped_spans;
+    }
+    assert!(arrived, "every kept trace the victim did not hold arrived");
+    assert!(settled, "the survivors decided everything they held");
+
+    let mut by_trace: HashMap<[u8; 16], Vec<Vec<u8>>> = HashMap::new();
+    for received in sink.handle.spans() {
+        let id: [u8; 16] = received
+            .span
+            .trace_id
+            .as_slice()
+            .try_into()
+            .expect("16 bytes");
+        by_trace.entry(id).or_default().push(received.span.span_id);
+    }
+    let twice = by_trace
+        .values()
+        .filter(|spans| spans.iter().collect::<HashSet<_>>().len() != spans.len())
+        .count();
+    let kept: HashSet<[u8; 16]> = by_trace.keys().copied().collect();
+    let extra = kept.difference(&expected).count();
+    let untouched_wrong = by_trace
+        .iter()
+        .filter(|(id, spans)| !touched.contains(*id) && spans.len() != SPANS_PER_TRACE)
+        .count();
+    let untouched_missing = expected_untouched.difference(&kept).count();
+    let touched_expected: Vec<&[u8; 16]> = expected.intersection(&touched).collect();
+    let touched_spans_arrived: usize = touched_expected
+        .iter()
+        .map(|id| by_trace.get(*id).map_or(0, Vec::len))
+        .sum();
+    let lost_spans = touched_expected.len() * SPANS_PER_TRACE - touched_spans_arrived;
+    let lost_traces = touched_expected
+        .iter()
+        .filter(|id| by_trace.get(**id).map_or(0, Vec::len) < SPANS_PER_TRACE)
+        .count();
+    eprintln!(
+        "kill -9: {} traces touched by the victim ({} kept by one instance), of which {lost_traces} \
+         incomplete or missing ({lost_spans} spans); the victim reported {victim_held} spans held \
+         just before; survivors accepted {accepted} of {sent_to_survivors} spans sent to them",
+        touched.len(),
+        touched_expected.len()
+    );
+    assert_eq!(twice, 0, "no span reaches the sink twice");
+    assert_eq!(
+        extra, 0,
+        "no trace is kept that one instance would not keep"
+    );
+    assert_eq!(
+        (untouched_missing, untouched_wrong),
+        (0, 0),
+        "every trace the victim did not hold is exported exactly as one instance would"
+    );
+    assert_eq!(
+        (accepted, refused),
+        (sent_to_survivors as f64, 0.0),
+        "the survivors accepted every span sent to them"
+    );
+    assert_eq!(dropped, 0, "the survivors drop nothing");
+    assert_eq!(
+        export_failed, 0.0,
+        "no export failed: what was on its way to the victim went to its successors"
+    );
+}
+
+/// Spans in part `part` of a trace sent by [`request`].
+fn part_spans(part: usize) -> usize {
+    if part == 0 { 2 } else { 1 }
 }

@@ -323,6 +323,25 @@ impl<P: Payload> SignalExporter<P> {
         }
     }
 
+    /// After [`reclaim`](Self::reclaim): waits until the consumers have stopped and returns
+    /// the batches whose delivery was waiting to retry when the queue was reclaimed (each
+    /// attempt under way finishes first, bounded by the exporter's `timeout`). The caller
+    /// owns them as those of `reclaim`. Empty for exporters without an in-memory queue.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a cancelled call may leave batches that shutdown then counts as
+    /// dropped.
+    pub(crate) async fn reclaim_in_flight(&self) -> Vec<P> {
+        match &self.inner {
+            Inner::Queued { queue, .. } => queue.reclaim_in_flight().await,
+            Inner::Persistent { .. }
+            | Inner::Inline { .. }
+            | Inner::Routed(_)
+            | Inner::Debug { .. } => Vec::new(),
+        }
+    }
+
     /// Hands a batch over.
     ///
     /// With the sending queue enabled, waits until the queue has room, then returns `Ok`:

@@ -20,8 +20,8 @@ pub struct GatewayProcess {
 }
 
 impl GatewayProcess {
-    /// Starts the binary with `config` (which must bind the gRPC receiver and the metrics
-    /// endpoint, on port 0 for example) and waits for both to be announced.
+    /// Starts the binary with `config` (which must bind the gRPC receiver `otlp` and the
+    /// metrics endpoint, on port 0 for example) and waits for both to be announced.
     pub fn start(config: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("config.yaml");
@@ -37,13 +37,17 @@ impl GatewayProcess {
         let log = std::thread::spawn(move || {
             let mut lines = Vec::new();
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                for event in ["receiver.grpc.started", "telemetry.metrics.started"] {
-                    if line.contains(event)
-                        && let Some(endpoint) = line.split("endpoint=").nth(1)
-                    {
-                        let endpoint = endpoint.split_whitespace().next().unwrap_or("").to_owned();
-                        let _ = ready_tx.send((event, endpoint));
-                    }
+                let announced = if line.contains("telemetry.metrics.started") {
+                    Some("metrics")
+                } else if line.contains("receiver.grpc.started")
+                    && field(&line, "receiver") == Some("otlp")
+                {
+                    Some("grpc")
+                } else {
+                    None
+                };
+                if let (Some(what), Some(endpoint)) = (announced, field(&line, "endpoint")) {
+                    let _ = ready_tx.send((what, endpoint.to_owned()));
                 }
                 lines.push(line);
             }
@@ -51,15 +55,15 @@ impl GatewayProcess {
         });
         let mut endpoints = HashMap::new();
         while endpoints.len() < 2 {
-            let (event, endpoint) = ready_rx
+            let (what, endpoint) = ready_rx
                 .recv_timeout(Duration::from_secs(20))
-                .expect("gateway announces its gRPC and metrics ports");
-            endpoints.insert(event, endpoint);
+                .expect("gateway announces its gRPC (receiver otlp) and metrics ports");
+            endpoints.insert(what, endpoint);
         }
         Self {
             child,
-            grpc: endpoints["receiver.grpc.started"].clone(),
-            metrics_url: format!("http://{}/metrics", endpoints["telemetry.metrics.started"]),
+            grpc: endpoints["grpc"].clone(),
+            metrics_url: format!("http://{}/metrics", endpoints["metrics"]),
             log: Some(log),
             _dir: dir,
         }
@@ -77,6 +81,18 @@ impl GatewayProcess {
             .status()
             .expect("kill runs");
         assert!(status.success());
+    }
+
+    /// Kills the process with SIGKILL (as the kernel's OOM killer does) and reaps it:
+    /// nothing of its shutdown runs. Returns its log.
+    pub fn kill9(mut self) -> Vec<String> {
+        self.child.kill().expect("SIGKILL delivered");
+        let status = self.child.wait().expect("reaped");
+        assert!(!status.success(), "killed, not exited: {status}");
+        self.log
+            .take()
+            .map(|log| log.join().unwrap_or_default())
+            .unwrap_or_default()
     }
 
     /// Waits up to `limit` for the process to exit; returns its status and its log.
@@ -101,6 +117,12 @@ impl GatewayProcess {
             .unwrap_or_default();
         (status, lines)
     }
+}
+
+/// The value of `name=value` in a log line (up to the next space).
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let start = line.find(&format!(" {name}="))? + name.len() + 2;
+    line[start..].split_whitespace().next()
 }
 
 impl Drop for GatewayProcess {

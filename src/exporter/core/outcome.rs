@@ -71,6 +71,11 @@ pub(crate) enum Outcome {
     },
     /// The shutdown deadline came first.
     ShutDown,
+    /// The sending queue was reclaimed while the request waited to be retried: it goes back,
+    /// uncounted, to whoever reclaimed the queue (a load balancer re-routes it to the
+    /// backend's successor). Only deliveries that allow it see this
+    /// ([`retry::Reclaim::HandBack`](super::retry::Reclaim)).
+    HandedBack,
 }
 
 /// What the delivery of one queued item (one or more requests) came to, once every item in
@@ -97,6 +102,8 @@ impl Settled {
                 }
             }
             Outcome::ShutDown => self.shutdown_items += items,
+            // Not this exporter's any more: whoever reclaimed them counts them.
+            Outcome::HandedBack => {}
         }
     }
 

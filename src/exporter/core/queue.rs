@@ -16,16 +16,21 @@
 //! deadline cut short. Consumers that do not notice the deadline are aborted after
 //! [`ABORT_SLACK`]. Then what they held, and every item still queued, is counted as dropped
 //! (`shutdown`), so every accepted item is accounted for exactly once.
+//!
+//! Reclaim (a load balancer removing a backend): [`MemoryQueue::reclaim`] takes back what
+//! is queued and stops the consumers from taking more; a consumer whose delivery is waiting
+//! to retry gives its item back ([`Delivered::HandedBack`]), and
+//! [`MemoryQueue::reclaim_in_flight`] collects those once every consumer has stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, mpsc, watch};
+use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::deliver::{Deliver, QueueItem};
-use super::state::Shared;
+use super::deliver::{Deliver, Delivered, QueueItem};
+use super::state::{Shared, reclaimed};
 
 /// How long past the deadline shutdown waits for consumers (or inline exports) to notice it
 /// before aborting them. They notice at once unless a transport future does not yield;
@@ -55,9 +60,14 @@ pub(crate) struct MemoryQueue<I> {
     lanes: Vec<Lane<I>>,
     // A std mutex: held only to take the handles out, never across an await.
     consumers: std::sync::Mutex<Vec<JoinHandle<()>>>,
-    /// Set by [`MemoryQueue::reclaim`]: consumers take no further item.
-    reclaiming: watch::Sender<bool>,
+    /// Items the consumers gave back after the queue was reclaimed.
+    handed_back: HandedBack<I>,
+    /// The exporter's state, which holds the reclaim flag.
+    shared: Arc<Shared>,
 }
+
+/// Items given back by consumers, shared between them and the queue.
+type HandedBack<I> = Arc<std::sync::Mutex<Vec<I>>>;
 
 impl<I: QueueItem> MemoryQueue<I> {
     /// Creates `lanes` lanes with room for `capacity` items each, spawns
@@ -77,7 +87,7 @@ impl<I: QueueItem> MemoryQueue<I> {
         let mut senders = Vec::with_capacity(lanes);
         let mut receivers = Vec::with_capacity(lanes);
         let mut handles = Vec::with_capacity(lanes * consumers_per_lane);
-        let (reclaiming, _) = watch::channel(false);
+        let handed_back: HandedBack<I> = Arc::new(std::sync::Mutex::new(Vec::new()));
         for _ in 0..lanes {
             let (tx, rx) = mpsc::channel(capacity);
             let lane: Lane<I> = Arc::new(Mutex::new(rx));
@@ -86,7 +96,7 @@ impl<I: QueueItem> MemoryQueue<I> {
                     shared.clone(),
                     deliver.clone(),
                     lane.clone(),
-                    reclaiming.subscribe(),
+                    handed_back.clone(),
                 )));
             }
             senders.push(tx);
@@ -108,7 +118,8 @@ impl<I: QueueItem> MemoryQueue<I> {
             senders,
             lanes: receivers,
             consumers: std::sync::Mutex::new(handles),
-            reclaiming,
+            handed_back,
+            shared: shared.clone(),
         }
     }
 
@@ -148,17 +159,20 @@ impl<I: QueueItem> MemoryQueue<I> {
     }
 
     /// Takes back every item still queued, in lane order, and stops the consumers from
-    /// taking any further item: each finishes the delivery it holds (with its retries) and
-    /// returns, so that a later [`drain`](Self::drain) only waits for those. The caller
-    /// owns the items returned and must account for them (re-route them elsewhere); they
-    /// were never counted by this queue's exporter. Items pushed after this call stay
-    /// queued until the drain counts them as dropped.
+    /// taking any further item: each finishes the delivery it holds and returns, so that a
+    /// later [`drain`](Self::drain) only waits for those. A delivery that allows it gives
+    /// its item back rather than wait to retry it; [`reclaim_in_flight`] collects those.
+    /// The caller owns the items returned and must account for them (re-route them
+    /// elsewhere); they were never counted by this queue's exporter. Items pushed after
+    /// this call stay queued until the drain counts them as dropped.
+    ///
+    /// [`reclaim_in_flight`]: Self::reclaim_in_flight
     ///
     /// # Cancel safety
     ///
     /// Not cancel safe: a cancelled call may have taken items out of a lane and lost them.
     pub(crate) async fn reclaim(&self) -> Vec<I> {
-        let _ = self.reclaiming.send_replace(true);
+        self.shared.start_reclaim();
         let mut items = Vec::new();
         for lane in &self.lanes {
             // A consumer waiting for an item holds the lane's lock; the flag wakes it and it
@@ -171,6 +185,25 @@ impl<I: QueueItem> MemoryQueue<I> {
         items
     }
 
+    /// After [`reclaim`](Self::reclaim): waits for every consumer to stop (each finishes the
+    /// attempt under way: bounded by the exporter's `timeout`, or by the shutdown deadline)
+    /// and returns the items they gave back, which the caller owns as those of `reclaim`.
+    /// Items whose delivery ended otherwise were counted by this exporter.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a cancelled call may leave given-back items uncollected, and the
+    /// drain then does not count them.
+    pub(crate) async fn reclaim_in_flight(&self) -> Vec<I> {
+        let handles =
+            std::mem::take(&mut *self.consumers.lock().unwrap_or_else(|e| e.into_inner()));
+        for handle in handles {
+            // A consumer that panicked held nothing it could give back.
+            let _ = handle.await;
+        }
+        std::mem::take(&mut *self.handed_back.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Waits for the consumers to drain (they stop at the deadline, see the module docs),
     /// aborting those still running `ABORT_SLACK` past it, then closes the lanes and counts
     /// what is left as dropped. [`Shared::shutdown`] has closed intake and set `deadline`.
@@ -180,8 +213,14 @@ impl<I: QueueItem> MemoryQueue<I> {
         for handle in handles {
             join_or_abort(handle, deadline).await;
         }
-        // What an aborted consumer held was never counted.
+        // What an aborted consumer held was never counted, nor was what consumers gave
+        // back that no reclaimer collected.
         shared.drop_at_shutdown(shared.take_stranded());
+        let uncollected =
+            std::mem::take(&mut *self.handed_back.lock().unwrap_or_else(|e| e.into_inner()));
+        for item in uncollected {
+            shared.drop_at_shutdown(item.items());
+        }
         for lane in &self.lanes {
             let mut rx = lane.lock().await;
             rx.close();
@@ -195,14 +234,16 @@ impl<I: QueueItem> MemoryQueue<I> {
 /// One consumer: takes items off its lane and delivers them until the lane is closed and
 /// empty, or a delivery is cut short by the shutdown deadline.
 ///
-/// Once the queue is reclaimed, it takes nothing more and returns.
+/// Once the queue is reclaimed, it takes nothing more and returns; an item its delivery
+/// gave back goes to `handed_back`.
 async fn consume<I: QueueItem, D: Deliver<I>>(
     shared: Arc<Shared>,
     deliver: Arc<D>,
     lane: Lane<I>,
-    mut reclaiming: watch::Receiver<bool>,
+    handed_back: HandedBack<I>,
 ) {
     let mut deadline = shared.deadline();
+    let mut reclaiming = shared.reclaiming();
     loop {
         let next = {
             let mut rx = lane.lock().await;
@@ -228,20 +269,13 @@ async fn consume<I: QueueItem, D: Deliver<I>>(
         let Some(item) = next else {
             return;
         };
-        if deliver.deliver(item, &mut deadline).await.hit_deadline() {
-            return;
+        match deliver.deliver(item, &mut deadline).await {
+            Delivered::Settled(settled) if settled.hit_deadline() => return,
+            Delivered::Settled(_) => {}
+            Delivered::HandedBack(item) => handed_back
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(item),
         }
-    }
-}
-
-/// Resolves once the queue is reclaimed; pends forever otherwise (also once the queue, and
-/// with it the flag's sender, is gone: the lanes then close and end the consumer).
-///
-/// # Cancel safety
-///
-/// Cancel safe: it only observes a watch channel.
-async fn reclaimed(reclaiming: &mut watch::Receiver<bool>) {
-    if reclaiming.wait_for(|reclaimed| *reclaimed).await.is_err() {
-        std::future::pending::<()>().await;
     }
 }

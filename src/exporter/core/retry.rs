@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::metrics::FailureReason;
 use super::outcome::{AttemptError, Outcome};
-use super::state::{DeadlineWatch, Shared, deadline_reached};
+use super::state::{DeadlineWatch, Shared, deadline_reached, reclaimed};
 use super::transport::Transport;
 use crate::config::RetryConfig;
 
@@ -111,6 +111,37 @@ pub(crate) async fn deliver<T: Transport>(
     request: &T::Request,
     deadline: &mut DeadlineWatch,
 ) -> Outcome {
+    deliver_or_hand_back(shared, transport, retry, request, deadline, Reclaim::Keep).await
+}
+
+/// What a delivery does with its request when the sending queue is reclaimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reclaim {
+    /// Keeps retrying it (a request of several that one queued item makes up, whose
+    /// siblings may have been delivered already, cannot go back).
+    Keep,
+    /// Gives it back ([`Outcome::HandedBack`]) instead of waiting for the next retry: the
+    /// backend was removed, and its successor should have it. An attempt under way is
+    /// never cut short (the destination may be taking it).
+    HandBack,
+}
+
+/// [`deliver`], which with [`Reclaim::HandBack`] also ends with [`Outcome::HandedBack`]
+/// when the exporter's queue is reclaimed after an attempt failed, or while waiting to
+/// retry.
+///
+/// # Cancel safety
+///
+/// As [`deliver`].
+pub(crate) async fn deliver_or_hand_back<T: Transport>(
+    shared: &Shared,
+    transport: &T,
+    retry: &RetryConfig,
+    request: &T::Request,
+    deadline: &mut DeadlineWatch,
+    reclaim: Reclaim,
+) -> Outcome {
+    let mut reclaiming = shared.reclaiming();
     let started = Instant::now();
     let mut backoff = Backoff::new(retry);
     let mut attempt = 0;
@@ -141,6 +172,10 @@ pub(crate) async fn deliver<T: Transport>(
                 message,
             }) => (error_type, throttle, message),
         };
+        let hand_back = reclaim == Reclaim::HandBack;
+        if hand_back && shared.is_reclaiming() {
+            return Outcome::HandedBack;
+        }
         if !retry.enabled {
             return Outcome::Failed {
                 reason: FailureReason::RetriesExhausted,
@@ -163,6 +198,7 @@ pub(crate) async fn deliver<T: Transport>(
         tokio::select! {
             biased;
             () = deadline_reached(deadline) => return Outcome::ShutDown,
+            () = reclaimed(&mut reclaiming), if hand_back => return Outcome::HandedBack,
             () = tokio::time::sleep_until(resume_at) => {}
         }
     }

@@ -23,6 +23,9 @@ pub(crate) struct Shared {
     closed: watch::Sender<bool>,
     /// Set when shutdown begins: retries stop, and undelivered items are dropped, then.
     deadline: watch::Sender<Option<Instant>>,
+    /// Set when the sending queue is reclaimed: consumers take no further item, and a
+    /// delivery waiting to retry hands its item back instead (see [`Outcome::HandedBack`]).
+    reclaiming: watch::Sender<bool>,
     /// Items delivered, ever (the drain report takes the difference).
     delivered: AtomicU64,
     /// Items dropped at the shutdown deadline, ever.
@@ -38,12 +41,14 @@ impl Shared {
     pub(crate) fn new(exporter: String, metrics: ExporterMetrics) -> Self {
         let (closed, _) = watch::channel(false);
         let (deadline, _) = watch::channel(None);
+        let (reclaiming, _) = watch::channel(false);
         let data_type = metrics.data_type();
         Self {
             metrics,
             health: Health::new(exporter, data_type),
             closed,
             deadline,
+            reclaiming,
             delivered: AtomicU64::new(0),
             shutdown_dropped: AtomicU64::new(0),
             in_hand: AtomicUsize::new(0),
@@ -83,6 +88,21 @@ impl Shared {
     /// A subscription to the shutdown deadline, for [`deadline_reached`].
     pub(crate) fn deadline(&self) -> DeadlineWatch {
         self.deadline.subscribe()
+    }
+
+    /// Marks the sending queue as reclaimed, for good (see [`reclaimed`]).
+    pub(crate) fn start_reclaim(&self) {
+        let _ = self.reclaiming.send_replace(true);
+    }
+
+    /// True once the sending queue is reclaimed.
+    pub(crate) fn is_reclaiming(&self) -> bool {
+        *self.reclaiming.borrow()
+    }
+
+    /// A subscription to the reclaim flag, for [`reclaimed`].
+    pub(crate) fn reclaiming(&self) -> watch::Receiver<bool> {
+        self.reclaiming.subscribe()
     }
 
     /// `items` could not be handed over (the exporter is shut down, or its queue is
@@ -140,6 +160,8 @@ impl Shared {
                 self.health.dropped(*reason, items, message);
             }
             Outcome::ShutDown => self.drop_at_shutdown(items),
+            // Whoever reclaimed the queue holds them now, and counts them.
+            Outcome::HandedBack => {}
         }
     }
 
@@ -154,6 +176,18 @@ impl Shared {
         let _ = self
             .shutdown_dropped
             .fetch_add(items as u64, Ordering::AcqRel);
+    }
+
+    /// `items` that were [`take`]n go back to whoever reclaimed the queue: out of hand, and
+    /// never counted by this exporter (the new holder counts them).
+    ///
+    /// [`take`]: Self::take
+    pub(crate) fn hand_back(&self, items: usize) {
+        let _ = self
+            .in_hand
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(items))
+            });
     }
 
     /// Items in hand when consumers were aborted: they can no longer be settled. Resets the
@@ -219,5 +253,17 @@ pub(crate) async fn deadline_reached(deadline: &mut DeadlineWatch) {
         if deadline.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+/// Resolves once the sending queue is reclaimed; pends forever otherwise (also once the
+/// exporter, and with it the flag's sender, is gone).
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only observes a watch channel.
+pub(crate) async fn reclaimed(reclaiming: &mut watch::Receiver<bool>) {
+    if reclaiming.wait_for(|reclaimed| *reclaimed).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

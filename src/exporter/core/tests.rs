@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::deliver::{BatchDelivery, Deliver};
+use super::deliver::{BatchDelivery, Deliver, Delivered};
 use super::error::{DrainReport, ExportError};
 use super::http::retry_after_header;
 use super::inline::Inline;
@@ -525,6 +525,61 @@ async fn the_deadline_ends_retries_and_counts_what_is_left() {
     assert!(queue.push(&shared, 0, batch(9, 3)).await.is_err());
 }
 
+/// Scenario: a queue of two consumers whose destination refuses every attempt (a backend
+/// killed), retries unbounded in time; three 2-span batches pushed (two in retry, one
+/// queued); the queue is reclaimed, then its in-flight batches; then shutdown; paused
+/// time.
+/// Guarantees: reclaim returns the queued batch; reclaim_in_flight returns the two batches
+/// that were waiting to retry, promptly (no further attempt is made), so every batch comes
+/// back exactly once; this exporter counts none of them as sent or failed, and the drain
+/// reports nothing dropped.
+#[tokio::test(start_paused = true)]
+async fn reclaim_hands_back_deliveries_waiting_to_retry() {
+    let (registry, shared) = shared();
+    let mut transport = Scripted::new([]);
+    transport.always = Some(AttemptError::transport("connection refused".to_owned()));
+    let delivery = Arc::new(BatchDelivery::new(
+        shared.clone(),
+        transport.clone(),
+        exact(100, 400, None),
+    ));
+    let queue = MemoryQueue::start(&shared, &delivery, 1, 10, 2);
+    for tag in 1..=3 {
+        queue.push(&shared, 0, batch(tag, 2)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        retries(&registry, "transport") >= 2.0,
+        "both consumers retry"
+    );
+
+    let queued: Vec<u8> = queue.reclaim().await.iter().map(|b| b.request[0]).collect();
+    let attempts_at_reclaim = transport.attempts().len();
+    let started = Instant::now();
+    let mut in_flight: Vec<u8> = queue
+        .reclaim_in_flight()
+        .await
+        .iter()
+        .map(|b| b.request[0])
+        .collect();
+    assert!(
+        started.elapsed() < Duration::from_millis(10),
+        "no wait for the next retry"
+    );
+    in_flight.sort_unstable();
+    assert_eq!(queued, vec![3]);
+    assert_eq!(in_flight, vec![1, 2]);
+    assert_eq!(transport.attempts().len(), attempts_at_reclaim);
+    assert_eq!(sent(&registry), 0.0);
+    assert_eq!(failed(&registry, "retries_exhausted"), 0.0);
+    assert_eq!(failed(&registry, "shutdown"), 0.0);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let report = shared
+        .shutdown(deadline, queue.drain(&shared, deadline))
+        .await;
+    assert_eq!(report, DrainReport::default());
+}
+
 /// A delivery that merges small items (up to three numbers) and records what it delivered.
 #[derive(Default)]
 struct Recorder {
@@ -544,13 +599,13 @@ impl super::deliver::QueueItem for Numbers {
 }
 
 impl Deliver<Numbers> for Recorder {
-    async fn deliver(&self, item: Numbers, _deadline: &mut DeadlineWatch) -> Settled {
+    async fn deliver(&self, item: Numbers, _deadline: &mut DeadlineWatch) -> Delivered<Numbers> {
         tokio::time::sleep(Duration::from_millis(10)).await;
         self.delivered
             .lock()
             .unwrap()
             .push((item.lane, item.values.clone()));
-        Settled::default()
+        Delivered::Settled(Settled::default())
     }
 
     fn has_room(&self, item: &Numbers) -> bool {

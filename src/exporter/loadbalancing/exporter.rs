@@ -17,8 +17,10 @@
 //! Membership changes ([`LoadBalancer::set_backends`]): backends that stay keep their
 //! exporter (and its queue); new ones get one; a removed backend's exporter gives back the
 //! batches still queued (`reclaim`, in the export core), which are split again over the new
-//! ring and handed to their new owners, never dropped. Requests already in flight to it
-//! finish there, with their retries; the removed exporter is shut down with the others.
+//! ring and handed to their new owners, never dropped. A request in flight to it that
+//! fails (a killed backend refuses connections) comes back the same way instead of being
+//! retried (`reclaim_in_flight`); one that succeeds is counted there. The removed exporter
+//! is shut down with the others.
 //!
 //! One tier (see `local.rs`): a backend that is this process's own receiver is delivered
 //! to in-process. Each network backend has a second exporter for hand-offs between
@@ -627,6 +629,27 @@ impl LoadBalancer {
                     exporter = %self.id.written,
                     error = %error,
                 );
+            }
+        }
+        drop(members);
+        // Requests the removed backends were waiting to retry (a backend killed, or cut
+        // off) come back once each attempt under way ends: bounded by the exporter's
+        // `timeout`, which also bounds how long the next change waits for this one.
+        for (exporter, arrival) in &removing {
+            let in_flight = exporter.reclaim_in_flight().await;
+            if in_flight.is_empty() {
+                continue;
+            }
+            let members = self.members.read().await;
+            for batch in in_flight {
+                rerouted += batch.item_count();
+                if let Err(error) = self.hand_over(&members, batch, *arrival).await {
+                    tracing::warn!(
+                        event = "exporter.loadbalancing.reroute_failed",
+                        exporter = %self.id.written,
+                        error = %error,
+                    );
+                }
             }
         }
         if rerouted > 0 {

@@ -22,6 +22,8 @@ mod membership;
 mod metrics;
 pub(crate) mod ring;
 
+pub use ring::Ring;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests;

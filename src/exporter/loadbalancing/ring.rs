@@ -30,7 +30,7 @@ pub(crate) const VIRTUAL_NODES: u32 = 1024;
 
 /// The ring over a set of backends.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Ring {
+pub struct Ring {
     /// The backends, in the order given.
     backends: Vec<String>,
     /// `(position, index into backends)`, sorted by position.
@@ -40,7 +40,7 @@ pub(crate) struct Ring {
 impl Ring {
     /// The ring over `backends` (addresses as `host:port`; duplicates are ignored after
     /// the first).
-    pub(crate) fn new(backends: &[String]) -> Self {
+    pub fn new(backends: &[String]) -> Self {
         let mut unique: Vec<String> = Vec::with_capacity(backends.len());
         for backend in backends {
             if !unique.contains(backend) {
@@ -63,27 +63,26 @@ impl Ring {
     }
 
     /// The backends, in the order given.
-    pub(crate) fn backends(&self) -> &[String] {
+    pub fn backends(&self) -> &[String] {
         &self.backends
     }
 
     /// True when the ring has no backend.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.backends.is_empty()
     }
 
     /// The index (into [`backends`](Self::backends)) of the backend that owns `trace_id`;
     /// `None` when the ring is empty.
-    pub(crate) fn owner(&self, trace_id: &TraceId) -> Option<usize> {
+    pub fn owner(&self, trace_id: &TraceId) -> Option<usize> {
         let position = trace_position(trace_id);
         let at = self.points.partition_point(|(p, _)| *p < position);
         let (_, index) = self.points.get(at).or_else(|| self.points.first())?;
         Some(*index)
     }
 
-    /// The address of the backend that owns `trace_id`.
-    #[cfg(test)]
-    pub(crate) fn owner_address(&self, trace_id: &TraceId) -> Option<&str> {
+    /// The address of the backend that owns `trace_id`; `None` when the ring is empty.
+    pub fn owner_address(&self, trace_id: &TraceId) -> Option<&str> {
         self.owner(trace_id).map(|i| self.backends[i].as_str())
     }
 }

@@ -237,6 +237,22 @@ async fn spawn_sink(state: Arc<SinkState>) -> SocketAddr {
     addr
 }
 
+/// The sum of every series of `name` whose `exporter` label is `exporter`.
+fn total(registry: &Registry, name: &str, exporter: &str) -> f64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|family| family.name() == name)
+        .flat_map(|family| family.get_metric())
+        .filter(|m| {
+            m.get_label()
+                .iter()
+                .any(|l| l.name() == "exporter" && l.value() == exporter)
+        })
+        .map(|m| m.get_counter().get_value())
+        .sum()
+}
+
 /// Polls `done` every 10ms for at most 10s.
 async fn wait_for(what: &str, done: impl Fn() -> bool) {
     for _ in 0..1000 {
@@ -369,11 +385,87 @@ async fn routes_each_trace_to_its_owner() {
     );
 }
 
+/// Scenario: backend B is gone (its port refuses connections, as after `kill -9`); three
+/// single-trace batches for B are exported: its one consumer retries the first, two wait in
+/// its queue; B is then removed with `set_backends`.
+/// Guarantees: the change hands back the request B's consumer was retrying as well as the
+/// queued ones: A, the new owner, receives all three batches, every span exactly once;
+/// nothing is counted as dropped or failed.
+#[tokio::test]
+async fn removed_dead_backend_hands_back_its_request_in_flight() {
+    let a = SinkState::open();
+    let a_port = spawn_sink(a.clone()).await.port();
+    let dead_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let a_addr = format!("127.0.0.1:{a_port}");
+    let b_addr = format!("127.0.0.1:{dead_port}");
+    let (registry, lb) = start(vec![a_addr.clone(), b_addr.clone()], 4);
+    let ring = Ring::new(&[a_addr.clone(), b_addr.clone()]);
+    let exporter = lb.handle();
+
+    let mut for_b = Vec::new();
+    let mut t = 0u32;
+    while for_b.len() < 3 {
+        if ring.owner(&TraceId(trace_id(t))) == Some(1) {
+            for_b.push(request(t, 1, 2));
+        }
+        t += 1;
+    }
+    let mut sent: Vec<SpanKey> = for_b.iter().flat_map(span_keys).collect();
+    for request in &for_b {
+        exporter.export(batch(request)).await.unwrap();
+    }
+    let b_label = format!("loadbalancing/{b_addr}");
+    wait_for("B's consumer retrying", || {
+        value(
+            &registry,
+            "tailgate_exporter_retries_total",
+            &[("exporter", &b_label), ("error_type", "transport")],
+        )
+        .is_some_and(|n| n >= 1.0)
+    })
+    .await;
+
+    assert!(
+        lb.set_backends(std::slice::from_ref(&a_addr))
+            .await
+            .unwrap()
+    );
+    let report = exporter
+        .clone()
+        .shutdown(Instant::now() + Duration::from_secs(10))
+        .await;
+    assert_eq!(report.dropped, 0);
+    assert_eq!(
+        a.requests(),
+        3,
+        "A got every batch B held, the retried one too"
+    );
+    let mut received = a.keys();
+    received.sort();
+    sent.sort();
+    assert_eq!(received, sent, "every span exactly once");
+    for exporter in [b_label.as_str(), "loadbalancing"] {
+        assert_eq!(
+            total(
+                &registry,
+                "otelcol_exporter_send_failed_spans_total",
+                exporter
+            ),
+            0.0,
+            "{exporter} counts nothing as failed"
+        );
+    }
+}
+
 /// Scenario: backend B answers nothing yet (its sink holds every request), so its one
 /// consumer holds one batch in flight, four more fill its queue, and the export of the
-/// rest waits for room; B is then removed with `set_backends`, after which its sink
-/// answers.
-/// Guarantees: the change completes although an export was waiting on B's full queue; B's
+/// rest waits for room; B is then removed with `set_backends`, and its sink answers once
+/// its queue has been taken back.
+/// Guarantees: the change completes although an export was waiting on B's full queue, once
+/// B's request in flight succeeded; B's
 /// queued batches, and those the waiting export then hands over, reach A, the new owner
 /// of every trace; B receives only the batch it had in flight; every span arrives exactly
 /// once and none is counted as dropped; the backend count and updates are recorded.
@@ -424,14 +516,25 @@ async fn removed_backend_hands_its_queue_to_the_new_owner() {
         "the export waits for room in B's queue"
     );
 
-    assert!(
-        lb.set_backends(std::slice::from_ref(&a_addr))
-            .await
-            .unwrap()
-    );
+    // The change waits for the request in flight to B to end; B answers it once its
+    // queue has been taken back.
+    let changing = {
+        let lb = lb.clone();
+        let a_addr = a_addr.clone();
+        tokio::spawn(async move { lb.set_backends(std::slice::from_ref(&a_addr)).await })
+    };
+    wait_for("B's queue taken back", || {
+        value(
+            &registry,
+            "otelcol_exporter_queue_size",
+            &[("exporter", &b_label)],
+        ) == Some(0.0)
+    })
+    .await;
+    b.gate.add_permits(100);
+    assert!(changing.await.unwrap().unwrap());
     assert_eq!(lb.backends().await, vec![a_addr.clone()]);
     exporting.await.unwrap();
-    b.gate.add_permits(100);
 
     let report = exporter
         .clone()

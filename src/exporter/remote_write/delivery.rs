@@ -20,7 +20,7 @@ use super::shard::{ShardBatch, series_encoded_len};
 use super::transport::{Protocol, RemoteWriteTransport, Reply, Written};
 use super::v2;
 use crate::config::{RemoteWriteConfig, RemoteWriteMessage, RetryConfig};
-use crate::exporter::core::deliver::Deliver;
+use crate::exporter::core::deliver::{Deliver, Delivered};
 use crate::exporter::core::outcome::{Accepted, AttemptError, Outcome, Settled};
 use crate::exporter::core::retry;
 use crate::exporter::core::state::{DeadlineWatch, Shared};
@@ -286,7 +286,11 @@ impl ShardDelivery {
 }
 
 impl Deliver<ShardBatch> for ShardDelivery {
-    async fn deliver(&self, mut batch: ShardBatch, deadline: &mut DeadlineWatch) -> Settled {
+    async fn deliver(
+        &self,
+        mut batch: ShardBatch,
+        deadline: &mut DeadlineWatch,
+    ) -> Delivered<ShardBatch> {
         let mut settled = Settled::default();
         for request in self.requests(&mut batch) {
             let outcome = if settled.hit_deadline() {
@@ -306,7 +310,7 @@ impl Deliver<ShardBatch> for ShardDelivery {
         }
         // The series are gone: their memory-budget charge goes with the batch.
         drop(batch);
-        settled
+        Delivered::Settled(settled)
     }
 
     fn has_room(&self, batch: &ShardBatch) -> bool {
