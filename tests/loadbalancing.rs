@@ -107,14 +107,16 @@ fn span(trace: &[u8; 16], n: u8, parent: Option<u8>, error: bool) -> Span {
 }
 
 /// Part `part` (0, 1 or 2) of each trace in `traces`, as one request: the two leaves, then
-/// the middle span (ERROR in error traces), then the root, as real traces end.
+/// the middle span (ERROR in error traces), then the root, as real traces end. Part 3 is
+/// one more leaf, for a test that sends it late (after the trace was decided).
 pub(crate) fn request(traces: &[([u8; 16], bool)], part: usize) -> ExportTraceServiceRequest {
     let spans = traces
         .iter()
         .flat_map(|(id, error)| match part {
             0 => vec![span(id, 3, Some(2), false), span(id, 4, Some(2), false)],
             1 => vec![span(id, 2, Some(1), *error)],
-            _ => vec![span(id, 1, None, false)],
+            2 => vec![span(id, 1, None, false)],
+            _ => vec![span(id, 5, Some(2), false)],
         })
         .collect();
     ExportTraceServiceRequest {

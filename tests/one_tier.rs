@@ -35,6 +35,10 @@ const STEP: Duration = Duration::from_millis(400);
 /// The step after which the fourth replica joins, and the one after which the first leaves.
 const JOIN_AFTER: usize = 3;
 const LEAVE_AFTER: usize = 7;
+/// Error traces sent whole before the join (decided before it), whose late span (part 3)
+/// is sent after it: those whose owner the join changed meet a decision handed over.
+const LATE_TRACES: usize = 400;
+const LATE_AFTER: usize = 5;
 
 /// A one-tier replica: senders on `otlp` (ephemeral ports), peers on `peers` (one port for
 /// all replicas), routing through DNS at `nameserver`, sampling with hand-off.
@@ -136,7 +140,11 @@ fn total(registries: &[prometheus::Registry], name: &str, labels: &[&str]) -> f6
 /// every other trace exactly when R >= T for 10%), each kept trace whole (4 distinct spans,
 /// none twice), so no trace in flight at a change was split; no replica drops a span
 /// (shutdown reports 0); hand-offs happened at the changes and every span handed off
-/// arrived; the leaving replica decided nothing early.
+/// arrived; the leaving replica decided nothing early. Also, 400 error traces are sent
+/// whole before the join and decided, and one more span of each two steps after it: each
+/// reaches the sink with its trace (5 spans), and exactly the late spans of traces the
+/// join moved to a new owner (the ring says which) are counted as late after move, having
+/// met the keep decision handed over; every decision record handed over arrived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_keep_traces_whole_through_join_and_leave() {
     let sink = OtlpSink::start(SinkBehavior::Accept).await;
@@ -156,6 +164,15 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
         .map(|_| (rng.random::<[u8; 16]>(), rng.random_bool(0.4)))
         .collect();
     let waves: Vec<&[([u8; 16], bool)]> = traces.chunks(TRACES / WAVES).collect();
+    let late_traces: Vec<([u8; 16], bool)> = (0..LATE_TRACES)
+        .map(|_| (rng.random::<[u8; 16]>(), true))
+        .collect();
+    for part in 0..3 {
+        for chunk in late_traces.chunks(CHUNK) {
+            let to = senders[rng.random_range(0..senders.len())];
+            send_one(to, request(chunk, part), true).await;
+        }
+    }
 
     let mut leaving = None;
     let mut sent_requests = 0usize;
@@ -181,6 +198,12 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
             gateways.push(joiner);
             dns.set_hosts(&IPS.map(|ip| (ip, NAME)), NAME).await;
         }
+        if step == LATE_AFTER {
+            for chunk in late_traces.chunks(CHUNK) {
+                let to = senders[rng.random_range(0..senders.len())];
+                send_one(to, request(chunk, 3), true).await;
+            }
+        }
         if step == LEAVE_AFTER {
             // A terminating pod leaves the Service's endpoints and the headless records.
             dns.set_hosts(&[(IPS[1], NAME), (IPS[2], NAME), (IPS[3], NAME)], NAME)
@@ -198,7 +221,8 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
         .filter(|(id, error)| *error || ten_percent.keeps(trace_id_randomness(&TraceId(*id))))
         .map(|(id, _)| *id)
         .collect();
-    let want_spans = expected.len() * SPANS_PER_TRACE;
+    let late_ids: HashSet<[u8; 16]> = late_traces.iter().map(|(id, _)| *id).collect();
+    let want_spans = expected.len() * SPANS_PER_TRACE + LATE_TRACES * (SPANS_PER_TRACE + 1);
     let arrived = support::eventually(Duration::from_secs(60), || {
         let count = sink.handle.span_count();
         async move { count >= want_spans }
@@ -211,6 +235,23 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
     })
     .await;
 
+    // Read before the others shut down: each leaves then, handing its recent decisions
+    // to peers that may be gone already.
+    let late_after_move = total(
+        &registries,
+        "tailgate_sampler_late_after_move_spans_total",
+        &[],
+    );
+    let decisions_sent = total(
+        &registries,
+        "tailgate_sampler_handoff_decisions_total",
+        &["direction=\"sent\""],
+    );
+    let decisions_received = total(
+        &registries,
+        "tailgate_sampler_handoff_decisions_total",
+        &["direction=\"received\""],
+    );
     let left = leaving
         .expect("a replica left")
         .await
@@ -239,11 +280,28 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
     }
     let incomplete: Vec<_> = by_trace
         .iter()
-        .filter(|(_, spans)| {
+        .filter(|(id, spans)| {
+            let whole = SPANS_PER_TRACE + usize::from(late_ids.contains(*id));
             let ids: HashSet<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
-            spans.len() != SPANS_PER_TRACE || ids.len() != SPANS_PER_TRACE
+            spans.len() != whole || ids.len() != whole
         })
         .collect();
+    // The late traces whose owner the join changed: their late span reached the new owner.
+    let ring_of = |ips: &[&str]| {
+        Ring::new(
+            &ips.iter()
+                .map(|ip| format!("{ip}:{port}"))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (before_join, after_join) = (ring_of(&IPS[..3]), ring_of(&IPS));
+    let moved = late_traces
+        .iter()
+        .filter(|(id, _)| {
+            let id = TraceId(*id);
+            before_join.owner_address(&id) != after_join.owner_address(&id)
+        })
+        .count();
     let handed_traces = total(
         &registries,
         "tailgate_sampler_handoff_traces_total",
@@ -295,7 +353,9 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
     eprintln!(
         "one tier: {} traces kept of {TRACES}; hand-offs: {handed_traces} traces, \
          {handed_sent} spans sent, {handed_received} received, {forwarded} forwarded; \
-         split or duplicated traces: {}; decided on leave: {leaving_early}",
+         split or duplicated traces: {}; decided on leave: {leaving_early}; keep decisions \
+         handed over {decisions_sent} (received {decisions_received}); late spans after a \
+         move {late_after_move} (late traces moved by the join: {moved})",
         by_trace.len(),
         incomplete.len()
     );
@@ -306,6 +366,7 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
         incomplete.first().map(|(_, spans)| spans.len())
     );
     let kept: HashSet<[u8; 16]> = by_trace.keys().copied().collect();
+    let expected: HashSet<[u8; 16]> = expected.union(&late_ids).copied().collect();
     let missing = expected.difference(&kept).count();
     let extra = kept.difference(&expected).count();
     assert_eq!(
@@ -342,6 +403,15 @@ async fn replicas_keep_traces_whole_through_join_and_leave() {
     assert_eq!(
         leaving_early, 0.0,
         "the leaving replica handed everything off"
+    );
+    assert!(moved > 0, "the join moved some late traces");
+    assert_eq!(
+        late_after_move, moved as f64,
+        "each late span that reached a new owner met the decision handed over, and was counted"
+    );
+    assert_eq!(
+        decisions_sent, decisions_received,
+        "every keep decision handed over arrived"
     );
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::cache::DecisionCache;
+use super::cache::{DecisionCache, KeptDecision};
 use super::metrics::EarlyReason;
 use super::policy::TraceFacts;
 use crate::otlp::TraceId;
@@ -71,6 +71,9 @@ pub struct PendingTrace {
     pub early: Option<EarlyReason>,
     /// Bytes charged for this trace, as last computed.
     pub charged: usize,
+    /// The keep decision another replica made for this trace, handed over after a
+    /// membership change: the trace is due at once and kept as that replica decided.
+    pub imposed: Option<KeptDecision>,
 }
 
 impl PendingTrace {
@@ -86,6 +89,7 @@ impl PendingTrace {
             root_seen: false,
             early: None,
             charged: 0,
+            imposed: None,
         }
     }
 

@@ -21,8 +21,11 @@ pub struct KeptDecision {
     pub policy: usize,
     /// The threshold to write on each span.
     pub threshold: ThresholdUpdate,
-    /// When the trace was decided.
+    /// When the trace was decided (for a decision handed over by a peer: when it arrived).
     pub decided_at: Instant,
+    /// True when another replica decided the trace and handed the decision over after a
+    /// membership change made this replica the trace's owner.
+    pub moved: bool,
 }
 
 /// A cached decision.
@@ -84,6 +87,15 @@ impl DecisionCache {
         }
     }
 
+    /// The kept decisions made (or handed over) at or after `since`, newest first.
+    pub fn kept_since(&self, since: Instant) -> impl Iterator<Item = (TraceId, KeptDecision)> {
+        self.kept_order
+            .iter()
+            .rev()
+            .filter_map(|id| self.kept.get(id).map(|kept| (*id, *kept)))
+            .take_while(move |(_, kept)| kept.decided_at >= since)
+    }
+
     /// Remembers that `trace_id` was not kept.
     pub fn insert_not_kept(&mut self, trace_id: &TraceId) {
         if self.not_kept_capacity == 0 {
@@ -130,6 +142,7 @@ mod tests {
             policy: 1,
             threshold: ThresholdUpdate::Keep,
             decided_at: Instant::now(),
+            moved: false,
         };
         let mut cache = DecisionCache::new(2, 2);
         for n in 1..=3 {

@@ -23,21 +23,37 @@
 //! still arrives is handed on too, and what is left when the sampler stops is decided here
 //! and counted (early decisions, reason `leaving`).
 //!
+//! Decisions move too. With the traces it hands off after a change, the sweep sends the
+//! keep decisions of the last `decision_wait` for traces another replica now owns, as
+//! decision records ([`write_decision`]: spans of a reserved resource, in the same
+//! hand-off requests). The new owner caches them, so that late spans of a kept trace that
+//! now reach it follow the decision made before the change, counted as late after move;
+//! a trace it already started from such late spans is kept at once, as decided. Not-kept
+//! decisions are not handed over (their cache holds fingerprints, not trace ids): a late
+//! part of a dropped trace is decided on its own by the new owner, which agrees unless
+//! that part alone matches a content policy (an ERROR span arriving late).
+//!
 //! Everything sent waits in an outbox, charged to the memory budget, until the exporter
 //! has taken it; intake is refused retryably while the outbox is at its bound, as for late
 //! spans.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::buffer::PendingTrace;
-use crate::otlp::{TraceId, TraceRequestWriter};
+use super::policy::ThresholdUpdate;
+use super::threshold::{self, Threshold};
+use crate::otlp::{FramedRequest, SpanView, TraceId, TraceRequestWriter};
 use crate::payload::{BoxFuture, TraceBatch};
 
 /// How often a leaving replica sweeps what still reaches it.
@@ -216,5 +232,93 @@ pub(super) fn write_unchanged(writer: &mut TraceRequestWriter, trace: PendingTra
             &origin.scope_schema_url,
             &arena.slice(start..start + span.len as usize),
         );
+    }
+}
+
+/// The resource attribute that marks the decision records of a hand-off request.
+const DECISIONS_ATTRIBUTE: (&str, &str) = ("tailgate.handoff", "decisions");
+
+/// The span id every decision record carries (a record is not a span of its trace).
+const DECISION_SPAN_ID: [u8; 8] = [0xff; 8];
+
+/// The encoded `Resource` body of decision records: its one attribute is
+/// [`DECISIONS_ATTRIBUTE`]. A `ResourceSpans` whose resource is exactly these bytes holds
+/// decision records; senders never write it (an application's resource would have to be
+/// byte for byte this one), and it is looked for only in hand-off requests.
+pub(super) fn decisions_resource() -> &'static Bytes {
+    static RESOURCE: LazyLock<Bytes> = LazyLock::new(|| {
+        let (key, value) = DECISIONS_ATTRIBUTE;
+        Bytes::from(
+            Resource {
+                attributes: vec![KeyValue {
+                    key: key.to_owned(),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(value.to_owned())),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+    });
+    &RESOURCE
+}
+
+/// A keep decision as a hand-off carries it.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct DecisionRecord {
+    /// The trace decided.
+    pub(super) trace_id: TraceId,
+    /// The name of the policy that kept it.
+    pub(super) policy: String,
+    /// What its spans' `th` becomes.
+    pub(super) threshold: ThresholdUpdate,
+}
+
+/// Appends the record of a keep decision to `writer`: a span of the trace under
+/// [`decisions_resource`], whose name is the deciding policy's name and whose trace state
+/// holds the threshold (`ot=th:...`) when the probabilistic policy kept it.
+pub(super) fn write_decision(writer: &mut TraceRequestWriter, record: &DecisionRecord) {
+    let trace_state = match record.threshold {
+        ThresholdUpdate::Keep => String::new(),
+        ThresholdUpdate::Raise(th) => threshold::with_threshold("", th),
+    };
+    let span = Span {
+        trace_id: record.trace_id.0.to_vec(),
+        span_id: DECISION_SPAN_ID.to_vec(),
+        name: record.policy.clone(),
+        trace_state,
+        ..Default::default()
+    };
+    let empty = Bytes::new();
+    writer.push(
+        decisions_resource(),
+        &empty,
+        &empty,
+        &empty,
+        &Bytes::from(span.encode_to_vec()),
+    );
+}
+
+/// A request of decision records as a batch of no items: records are not spans, so no
+/// exporter, queue or drain on the way counts them as spans sent or lost (losing one only
+/// means the late spans of its trace are decided on their own).
+pub(super) fn records_batch(framed: FramedRequest) -> TraceBatch {
+    TraceBatch::new(framed.request, 0)
+}
+
+/// The decision a record (a span under [`decisions_resource`]) carries.
+pub(super) fn read_decision(span: &SpanView) -> DecisionRecord {
+    let trace_state = std::str::from_utf8(&span.trace_state).unwrap_or("");
+    let threshold = threshold::read_ot(trace_state)
+        .th
+        .map_or(ThresholdUpdate::Keep, |th: Threshold| {
+            ThresholdUpdate::Raise(th)
+        });
+    DecisionRecord {
+        trace_id: span.trace_id,
+        policy: String::from_utf8_lossy(&span.name).into_owned(),
+        threshold,
     }
 }

@@ -84,6 +84,8 @@ pub struct SamplerMetricFamilies {
     hand_off_traces: IntCounterVec,
     hand_off_spans: IntCounterVec,
     forwarded_spans: IntCounterVec,
+    hand_off_decisions: IntCounterVec,
+    late_after_move: IntCounterVec,
 }
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, prometheus::Error> {
@@ -227,6 +229,20 @@ impl SamplerMetricFamilies {
                  peer routed them on a ring that was not yet this one's).",
                 &["processor"],
             )?,
+            hand_off_decisions: counter(
+                "tailgate_sampler_handoff_decisions_total",
+                "Recent keep decisions of traces another replica owns after a membership \
+                 change, handed to it so that their late spans follow them (sent), or taken \
+                 from a peer (received).",
+                &["processor", "direction"],
+            )?,
+            late_after_move: counter(
+                "tailgate_sampler_late_after_move_spans_total",
+                "Late spans that reached this replica, the new owner of their trace, after \
+                 another replica had kept the trace (a membership change in between); they \
+                 follow the keep decision handed over with the change.",
+                &["processor"],
+            )?,
         };
         registry.register(Box::new(families.count_traces_sampled.clone()))?;
         registry.register(Box::new(families.global_count_traces_sampled.clone()))?;
@@ -247,6 +263,8 @@ impl SamplerMetricFamilies {
         registry.register(Box::new(families.hand_off_traces.clone()))?;
         registry.register(Box::new(families.hand_off_spans.clone()))?;
         registry.register(Box::new(families.forwarded_spans.clone()))?;
+        registry.register(Box::new(families.hand_off_decisions.clone()))?;
+        registry.register(Box::new(families.late_after_move.clone()))?;
         Ok(families)
     }
 
@@ -269,6 +287,13 @@ impl SamplerMetricFamilies {
                 spans_sent: spans("sent"),
                 spans_received: spans("received"),
                 forwarded_spans: self.forwarded_spans.with_label_values(&[processor]),
+                decisions_sent: self
+                    .hand_off_decisions
+                    .with_label_values(&[processor, "sent"]),
+                decisions_received: self
+                    .hand_off_decisions
+                    .with_label_values(&[processor, "received"]),
+                late_after_move: self.late_after_move.with_label_values(&[processor]),
             }),
             ..metrics
         }
@@ -373,6 +398,9 @@ pub(super) struct HandOffMetrics {
     pub(super) spans_sent: IntCounter,
     pub(super) spans_received: IntCounter,
     pub(super) forwarded_spans: IntCounter,
+    pub(super) decisions_sent: IntCounter,
+    pub(super) decisions_received: IntCounter,
+    pub(super) late_after_move: IntCounter,
 }
 
 impl SamplerMetrics {

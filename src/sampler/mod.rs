@@ -462,7 +462,15 @@ impl TailSampler {
                 .map(|s| s.spans.len())
                 .sum(),
         );
-        for (resource_index, resource_spans) in resources.iter().enumerate() {
+        let mut decisions = 0usize;
+        for resource_spans in resources {
+            if arrival == Arrival::HandOff
+                && resource_spans.resource == *hand_off::decisions_resource()
+            {
+                decisions += self.take_decisions(resource_spans, now);
+                continue;
+            }
+            let resource_index = matches.len();
             matches.push(self.policies.observe_resource(&resource_spans.resource));
             let resource = Bytes::copy_from_slice(&resource_spans.resource);
             let resource_schema_url = Bytes::copy_from_slice(&resource_spans.schema_url);
@@ -550,6 +558,9 @@ impl TailSampler {
                 spans.len() - forward.len(),
                 forward.len(),
             );
+            if decisions > 0 {
+                wake = true;
+            }
             if !forward.is_empty() {
                 link.push(frame_forward(&origins, forward).charged(&self.budget));
             }
@@ -563,6 +574,50 @@ impl TailSampler {
         if wake {
             self.wake.notify_one();
         }
+    }
+
+    /// Takes the keep decisions a peer handed over (`resource_spans` holds decision
+    /// records, see the `hand_off` module) into the decision caches, at `now`. A trace
+    /// already held here (its late spans came first) is made due at once, to be kept as
+    /// decided. Records of policies this sampler does not have, and traces already decided
+    /// here, are skipped. Returns the traces made due.
+    fn take_decisions(&self, resource_spans: &ResourceSpansView, now: Instant) -> usize {
+        let mut received = 0u64;
+        let mut due = 0usize;
+        for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
+            received += 1;
+            let record = hand_off::read_decision(span);
+            let Some(policy) = self
+                .policies
+                .names()
+                .iter()
+                .position(|n| *n == record.policy)
+            else {
+                continue;
+            };
+            let kept = KeptDecision {
+                policy,
+                threshold: record.threshold,
+                decided_at: now,
+                moved: true,
+            };
+            let mut shard = self.lock(self.shard_of(&record.trace_id));
+            if shard.cache.get(&record.trace_id).is_some() {
+                continue;
+            }
+            match shard.traces.get_mut(&record.trace_id) {
+                Some(trace) => {
+                    trace.imposed = Some(kept);
+                    shard.reschedule(record.trace_id, now);
+                    due += 1;
+                }
+                None => shard.cache.insert_kept(record.trace_id, kept),
+            }
+        }
+        if let Some(metrics) = &self.metrics.hand_off {
+            metrics.decisions_received.inc_by(received);
+        }
+        due
     }
 
     /// Counts, for a sampler that follows a ring, the traces and spans a request handed
@@ -607,6 +662,11 @@ impl TailSampler {
             Entry::Vacant(vacant) => {
                 match shard.cache.get(&trace_id) {
                     Some(Cached::Kept(kept)) => {
+                        if kept.moved
+                            && let Some(metrics) = &self.metrics.hand_off
+                        {
+                            metrics.late_after_move.inc_by(spans.len() as u64);
+                        }
                         let age = now.saturating_duration_since(kept.decided_at).as_secs_f64();
                         for arrival in spans {
                             self.metrics.record_late(true, 1, Some(age));
@@ -812,7 +872,7 @@ impl TailSampler {
             .as_ref()
             .is_some_and(|link| link.ownership().leaving());
         if leaving {
-            self.sweep();
+            self.sweep(false);
         }
         if self.settings.drop_pending_traces_on_shutdown {
             self.drop_pending();
@@ -897,6 +957,22 @@ impl TailSampler {
         now: Instant,
         votes: &mut Vec<(usize, Vote)>,
     ) -> Option<KeptDecision> {
+        if let Some(imposed) = trace.imposed {
+            // Kept by the replica that owned the trace before a membership change: the
+            // spans held here are its late spans.
+            let kept = KeptDecision {
+                decided_at: now,
+                ..imposed
+            };
+            shard.cache.insert_kept(trace_id, kept);
+            let spans = trace.spans.len() as u64;
+            if let Some(metrics) = &self.metrics.hand_off {
+                metrics.late_after_move.inc_by(spans);
+            }
+            self.metrics
+                .record_decision(true, spans, SpanOutcome::Sampled);
+            return Some(kept);
+        }
         let decision = self.policies.decide(&trace.facts, now.into_std(), votes);
         self.metrics.record_votes(votes);
         self.metrics.decision_delay.observe(
@@ -910,6 +986,7 @@ impl TailSampler {
                     policy,
                     threshold,
                     decided_at: now,
+                    moved: false,
                 };
                 shard.cache.insert_kept(trace_id, kept);
                 self.metrics
@@ -1125,6 +1202,9 @@ impl TailSampler {
         let mut stopped = self.stopped();
         let mut changes = link.ownership.clone();
         let mut sweep_at: Option<Instant> = None;
+        // Recent decisions go with the first sweep after a change only (a leaving
+        // replica sweeps again and again).
+        let mut decisions_due = false;
         let mut ring_open = true;
         loop {
             link.flush().await;
@@ -1145,11 +1225,12 @@ impl TailSampler {
                     link.changed(Instant::now());
                     let wait = if now_leaving { Duration::ZERO } else { link.settings.debounce };
                     sweep_at = Some(Instant::now() + wait);
+                    decisions_due = true;
                 }
                 () = link.wake.notified() => {}
                 () = hand_off::sleep_until_some(wake_at) => {
                     sweep_at = None;
-                    self.sweep();
+                    self.sweep(std::mem::take(&mut decisions_due));
                 }
             }
         }
@@ -1157,15 +1238,35 @@ impl TailSampler {
     }
 
     /// Takes every undecided trace that another replica owns out of the buffer and queues
-    /// it, whole, for its owner. Returns the traces handed off.
-    pub(super) fn sweep(&self) -> usize {
+    /// it, whole, for its owner; with `decisions`, also the keep decisions of the last
+    /// `decision_wait` for traces another replica owns (they stay cached here too).
+    /// Returns the traces handed off.
+    pub(super) fn sweep(&self, decisions: bool) -> usize {
         let Some(link) = &self.hand_off else {
             return 0;
         };
         let ownership = link.ownership();
         let mut moving: Vec<PendingTrace> = Vec::new();
+        let mut records: Vec<hand_off::DecisionRecord> = Vec::new();
+        let recent = Instant::now()
+            .checked_sub(self.settings.decision_wait)
+            .unwrap_or_else(Instant::now);
         for shard_index in 0..self.shards.len() {
             let mut shard = self.lock(shard_index);
+            if decisions {
+                let names = self.policies.names();
+                records.extend(
+                    shard
+                        .cache
+                        .kept_since(recent)
+                        .filter(|(id, _)| ownership.owner(id) == Owner::Peer)
+                        .map(|(trace_id, kept)| hand_off::DecisionRecord {
+                            trace_id,
+                            policy: names.get(kept.policy).cloned().unwrap_or_default(),
+                            threshold: kept.threshold,
+                        }),
+                );
+            }
             let leaving: Vec<TraceId> = shard
                 .traces
                 .keys()
@@ -1180,11 +1281,20 @@ impl TailSampler {
             }
         }
         let traces = moving.len();
-        if traces == 0 {
+        if traces == 0 && records.is_empty() {
             return 0;
         }
-        let mut spans = 0usize;
         let mut writer = TraceRequestWriter::new();
+        for (index, record) in records.iter().enumerate() {
+            hand_off::write_decision(&mut writer, record);
+            if writer.encoded_len() >= hand_off::HAND_OFF_REQUEST_BYTES
+                || index + 1 == records.len()
+            {
+                let framed = std::mem::take(&mut writer).finish();
+                link.push(hand_off::records_batch(framed).charged(&self.budget));
+            }
+        }
+        let mut spans = 0usize;
         for trace in moving {
             spans += trace.spans.len();
             hand_off::write_unchanged(&mut writer, trace);
@@ -1200,6 +1310,7 @@ impl TailSampler {
         if let Some(metrics) = &self.metrics.hand_off {
             metrics.traces_sent.inc_by(traces as u64);
             metrics.spans_sent.inc_by(spans as u64);
+            metrics.decisions_sent.inc_by(records.len() as u64);
         }
         self.metrics
             .record_spans(SpanOutcome::HandedOff, spans as u64);
@@ -1208,6 +1319,7 @@ impl TailSampler {
             event = "sampler.handed_off",
             traces,
             spans,
+            decisions = records.len(),
             leaving = ownership.leaving(),
         );
         traces

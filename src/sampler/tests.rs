@@ -17,6 +17,8 @@ use super::threshold::{Threshold, read_ot};
 use super::*;
 use crate::limiter::MemoryBudget;
 
+mod hand_off;
+
 /// The seed's policies: status_code ERROR, then probabilistic at `percent`.
 fn seed_policies(percent: f64) -> PolicySet {
     let yaml = format!(

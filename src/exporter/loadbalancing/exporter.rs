@@ -754,7 +754,8 @@ pub(crate) struct Unroutable {
 /// Splits `batch` into one batch per owning backend (index into `ring.backends()`), each
 /// span going to the owner of its trace id; pieces keep the spans' order and their resource
 /// and scope wrappers. A batch whose spans all have one owner is returned as it is, without
-/// a copy; an empty batch yields nothing. The pieces share the batch's memory-budget charge,
+/// a copy; an empty request yields nothing, and a batch of no items with a request (a
+/// sampler's decision records, which are not spans) yields pieces of no items. The pieces share the batch's memory-budget charge,
 /// which is released when the last of them is.
 ///
 /// # Errors
@@ -764,7 +765,7 @@ pub(crate) fn split_by_owner(
     ring: &Ring,
     batch: TraceBatch,
 ) -> Result<Vec<(usize, TraceBatch)>, Unroutable> {
-    if batch.span_count == 0 {
+    if batch.request.is_empty() {
         return Ok(Vec::new());
     }
     let resources = match parse_traces_request(&batch.request) {
@@ -813,6 +814,10 @@ pub(crate) fn split_by_owner(
         .enumerate()
         .filter_map(|(owner, writer)| {
             let mut piece = TraceBatch::from(writer?.finish());
+            if batch.span_count == 0 {
+                // Records that are not spans (a sampler's decision hand-off) stay uncounted.
+                piece.span_count = 0;
+            }
             piece.charge = batch.charge.clone();
             Some((owner, piece))
         })
