@@ -29,6 +29,14 @@ struct Expected {
     index: i64,
     error: bool,
     link: Option<([u8; 16], [u8; 8])>,
+    /// The double attribute `ratio` of a root span.
+    ratio: Option<f64>,
+}
+
+/// The `ratio` of trace `trace`: neighbouring doubles near 0.407, most of which need all 17
+/// significant digits in decimal (0.40700000000000003 is one).
+fn ratio(trace: usize) -> f64 {
+    f64::from_bits(0.407_f64.to_bits() + trace as u64)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -97,7 +105,8 @@ fn send_with_sdk(
                           kind: i32,
                           error: bool,
                           link: Option<([u8; 16], [u8; 8])>,
-                          index: i64| {
+                          index: i64,
+                          ratio: Option<f64>| {
             let context = span.span_context();
             expected.insert(
                 context.span_id().to_bytes(),
@@ -109,6 +118,7 @@ fn send_with_sdk(
                     index,
                     error,
                     link,
+                    ratio,
                 },
             );
         };
@@ -119,7 +129,7 @@ fn send_with_sdk(
                 KeyValue::new("index", index),
                 KeyValue::new("controller", "widgets"),
                 KeyValue::new("requeue", trace % 3 == 0),
-                KeyValue::new("ratio", 0.25),
+                KeyValue::new("ratio", ratio(trace)),
                 KeyValue::new(
                     "finalizers",
                     Value::Array(opentelemetry::Array::String(vec!["a".into(), "b".into()])),
@@ -139,7 +149,16 @@ fn send_with_sdk(
             .map(|c: &opentelemetry::trace::SpanContext| {
                 (c.trace_id().to_bytes(), c.span_id().to_bytes())
             });
-        record(&root, None, "Reconcile", 2, false, link, index);
+        record(
+            &root,
+            None,
+            "Reconcile",
+            2,
+            false,
+            link,
+            index,
+            Some(ratio(trace)),
+        );
         index += 1;
         let root_id = root.span_context().span_id().to_bytes();
         previous_root = Some(root.span_context().clone());
@@ -167,7 +186,7 @@ fn send_with_sdk(
                 SpanKind::Client => 3,
                 _ => 1,
             };
-            record(&span, Some(root_id), name, kind, error, None, index);
+            record(&span, Some(root_id), name, kind, error, None, index, None);
             index += 1;
             span.end();
         }
@@ -253,6 +272,19 @@ async fn run(wire: Wire) {
             assert!(int_attribute(&span.events[0].attributes, "attempt").is_some());
         } else {
             assert_eq!(span.attributes.len(), 5, "all root attributes arrive");
+            let got_ratio = span
+                .attributes
+                .iter()
+                .find(|kv| kv.key == "ratio")
+                .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    any_value::Value::DoubleValue(v) => Some(*v),
+                    _ => None,
+                });
+            assert_eq!(
+                got_ratio.map(f64::to_bits),
+                want.ratio.map(f64::to_bits),
+                "the double arrives bit for bit"
+            );
         }
         match want.link {
             Some((trace_id, linked_span)) => {
@@ -312,8 +344,9 @@ async fn sdk_over_http_protobuf_arrives_whole() {
     run(Wire::HttpProtobuf).await;
 }
 
-/// Scenario: the same load over OTLP/HTTP with JSON bodies, transcoded at the edge.
-/// Guarantees: as over gRPC: the JSON path loses nothing.
+/// Scenario: the same load over OTLP/HTTP with JSON bodies, transcoded at the edge; each
+/// root span's double attribute needs all 17 significant digits.
+/// Guarantees: as over gRPC: the JSON path loses nothing, doubles arrive bit for bit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_over_http_json_arrives_whole() {
     run(Wire::HttpJson).await;

@@ -818,7 +818,59 @@ mod base64_lite {
 
 #[cfg(test)]
 mod tests {
-    use super::{json_name_bytes, json_name_len, proto_name};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use prost::Message;
+
+    use super::{json_name_bytes, json_name_len, proto_name, traces_json_to_protobuf};
+
+    /// The double attribute value of the one span of `json` after transcoding.
+    fn double_attribute(json: &str) -> f64 {
+        let bytes = traces_json_to_protobuf(json.as_bytes()).expect("valid OTLP/JSON");
+        let request = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("protobuf");
+        let value = request.resource_spans[0].scope_spans[0].spans[0].attributes[0]
+            .value
+            .as_ref()
+            .and_then(|v| v.value.clone());
+        match value {
+            Some(Value::DoubleValue(d)) => d,
+            other => panic!("a double, not {other:?}"),
+        }
+    }
+
+    /// Scenario: double attribute values written as JSON numbers with all 17 significant
+    /// digits, in shortest form and in exponent form: a known case (0.40700000000000003)
+    /// and 20,000 doubles spread over the whole range of bit patterns.
+    /// Guarantees: every value arrives bit for bit as the sender's double (no last-bit
+    /// rounding), as protobuf input does.
+    #[test]
+    fn doubles_arrive_bit_for_bit() {
+        let span = |number: &str| {
+            format!(
+                r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"x","attributes":[{{"key":"v","value":{{"doubleValue":{number}}}}}]}}]}}]}}]}}"#
+            )
+        };
+        assert_eq!(
+            double_attribute(&span("0.40700000000000003")).to_bits(),
+            0.407_000_000_000_000_03_f64.to_bits()
+        );
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut checked = 0;
+        while checked < 20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let value = f64::from_bits(state);
+            if !value.is_finite() {
+                continue;
+            }
+            for text in [format!("{value:?}"), format!("{value:.16e}")] {
+                let got = double_attribute(&span(&text));
+                assert_eq!(got.to_bits(), value.to_bits(), "{text}");
+            }
+            checked += 1;
+        }
+    }
 
     /// Scenario: prost field identifiers of one word, of several, and a raw identifier.
     /// Guarantees: `names!` gives the lowerCamelCase JSON name and the proto name, so a
