@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     --no-peer) PEER=0; shift ;;
     --no-build) BUILD=0; shift ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done
