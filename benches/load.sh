@@ -13,14 +13,16 @@
 #   span the sampler charges (tailgate_sampler_bytes_held).
 # Results: a Markdown table on stdout and in $OUT/results.md, raw JSON in $OUT/.
 #
-# Usage: benches/load.sh [--config FILE] [--duration 25s] [--rate SPANS_PER_SEC]
+# Usage: benches/load.sh [--config FILE]... [--duration 25s] [--rate SPANS_PER_SEC]
 #                        [--scenarios "grpc grpc-max ..."] [--peer-scenarios "grpc grpc-max"]
 #                        [--no-peer] [--no-build] [--out DIR]
 # Scenarios: grpc grpc-max grpc-gzip http-protobuf http-json large-attributes many-traces
+# --config may be given more than once: each scenario then runs every config in turn, in
+# the order given, so that configs compared with each other share the machine's state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CONFIG=benches/configs/passthrough.yaml
+CONFIGS=()
 DURATION=25s
 RATE=20000
 SCENARIOS="grpc grpc-max grpc-gzip http-protobuf http-json large-attributes many-traces"
@@ -32,7 +34,7 @@ OUT=$TARGET/load-bench
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --config) CONFIG=$2; shift 2 ;;
+    --config) CONFIGS+=("$2"); shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --scenarios) SCENARIOS=$2; shift 2 ;;
@@ -40,10 +42,11 @@ while [ $# -gt 0 ]; do
     --no-peer) PEER=0; shift ;;
     --no-build) BUILD=0; shift ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done
+[ "${#CONFIGS[@]}" -gt 0 ] || CONFIGS=(benches/configs/passthrough.yaml)
 
 BIN=$TARGET/release
 mkdir -p "$OUT"
@@ -65,13 +68,17 @@ for b in tailgate tailgate-loadgen tailgate-sink; do
   [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: build with cargo build --release --bins" >&2; exit 1; }
 done
 
-CONFIG_NOTE=$(basename "$CONFIG")
-if ! "$BIN/tailgate" validate --config "$CONFIG" 2>"$OUT/validate.log"; then
-  echo "tailgate does not accept $CONFIG yet (see $OUT/validate.log): its rows are skipped" >&2
-  CONFIG_OK=0
-else
-  CONFIG_OK=1
-fi
+# The configs tailgate accepts; the others' rows are skipped.
+VALID_CONFIGS=()
+for config in "${CONFIGS[@]}"; do
+  log=$OUT/validate-$(basename "$config" .yaml).log
+  if ! "$BIN/tailgate" validate --config "$config" 2>"$log"; then
+    echo "tailgate does not accept $config yet (see $log): its rows are skipped" >&2
+  else
+    VALID_CONFIGS+=("$config")
+  fi
+done
+CONFIG_NOTE=$(for config in "${CONFIGS[@]}"; do basename "$config"; done | paste -sd, -)
 
 # The peer: rotel from PyPI in a virtualenv. Its wheel ships the agent binary inside the
 # Python package (rotel/rotel-agent), not on PATH.
@@ -144,9 +151,10 @@ scenario_args() {
   esac
 }
 
-# run_one GATEWAY SCENARIO: one row.
+# run_one GATEWAY SCENARIO [CONFIG]: one row.
 run_one() {
-  local gw=$1 sc=$2 tag="$1-$2"
+  local gw=$1 sc=$2 config=${3:-} tag="$1-$2"
+  [ -z "$config" ] || tag="$tag-$(basename "$config" .yaml)"
   local args
   args=$(scenario_args "$sc")
   "$BIN/tailgate-sink" --listen "$TAILGATE_BENCH_SINK" --stats-file "$OUT/$tag.sink.json" \
@@ -156,7 +164,7 @@ run_one() {
   wait_port 24319
   case "$gw" in
     tailgate)
-      "$BIN/tailgate" --config "$CONFIG" >"$OUT/$tag.gateway.log" 2>&1 & ;;
+      "$BIN/tailgate" --config "$config" >"$OUT/$tag.gateway.log" 2>&1 & ;;
     rotel)
       "$ROTEL" start --otlp-grpc-endpoint "$TAILGATE_BENCH_GRPC" \
         --otlp-http-endpoint "$TAILGATE_BENCH_HTTP" --exporter otlp \
@@ -202,8 +210,9 @@ run_one() {
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
   sleep 1.2 # one more stats write
   kill -TERM "$sink"; wait "$sink" 2>/dev/null || true
-  local L=$OUT/$tag.loadgen.json S=$OUT/$tag.sink.json
-  awk -v gw="$gw" -v sc="$sc" -v cfg="$([ "$gw" = rotel ] && echo pass-through || echo "$CONFIG_NOTE")" \
+  local L=$OUT/$tag.loadgen.json S=$OUT/$tag.sink.json cfg=pass-through
+  if [ "$gw" = tailgate ]; then cfg=$(basename "$config"); fi
+  awk -v gw="$gw" -v sc="$sc" -v cfg="$cfg" \
     -v ticks=$((cpu1 - cpu0)) -v hz="$CLK_TCK" -v idle="$idle_kb" -v hwm="$hwm_kb" \
     -v acc="$accepted" -v rate="$(jq -r '.accepted_spans_per_s' "$L")" \
     -v bps="$(jq -r '.bytes / (.sent_spans + 0.000001)' "$L")" \
@@ -223,15 +232,15 @@ run_one() {
 
 {
   echo
-  echo "### $(date -u +%Y-%m-%dT%H:%MZ) duration $DURATION, rate $RATE spans/s, config $CONFIG_NOTE, export compression $TAILGATE_BENCH_EXPORT_COMPRESSION"
+  echo "### $(date -u +%Y-%m-%dT%H:%MZ) duration $DURATION, rate $RATE spans/s, config $CONFIG_NOTE, export compression $TAILGATE_BENCH_EXPORT_COMPRESSION, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
   echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span | max held spans / RSS B per held span / charged B per held span |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee -a "$RESULTS"
 
-if [ "$CONFIG_OK" = 1 ]; then
-  for sc in $SCENARIOS; do run_one tailgate "$sc"; done
-fi
+for sc in $SCENARIOS; do
+  for config in "${VALID_CONFIGS[@]}"; do run_one tailgate "$sc" "$config"; done
+done
 if [ -n "$ROTEL" ]; then
   for sc in $PEER_SCENARIOS; do run_one rotel "$sc"; done
 fi
