@@ -35,7 +35,7 @@ pub enum PipelineError {
     #[error("the gateway is shutting down; send to another replica or retry later")]
     ShuttingDown,
     /// The payload could not be decoded or violates OTLP (a client bug: do not retry).
-    #[error("malformed request: {0}")]
+    #[error("malformed request: {}", bounded(.0))]
     Malformed(String),
     /// The body is larger than the configured limit.
     #[error(
@@ -44,6 +44,19 @@ pub enum PipelineError {
     TooLarge {
         /// The limit in bytes, after decompression.
         limit: usize,
+    },
+    /// A gRPC message is larger than the receiver's `max_recv_msg_size_mib` (after
+    /// decompression). Not retryable: the same message can never be taken.
+    #[error(
+        "message of {size} larger than the gRPC receiver's limit of {limit} bytes; send smaller \
+         batches or raise max_recv_msg_size_mib"
+    )]
+    MessageTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+        /// The message's size, as far as known (`"unknown size"` once decompressed past
+        /// the limit).
+        size: String,
     },
     /// Decoding the request would hold more memory than the memory limiter's soft limit
     /// allows even with nothing else held: it can never be admitted, so retrying is
@@ -60,10 +73,16 @@ pub enum PipelineError {
         limit: usize,
     },
     /// The `Content-Type` is not one OTLP/HTTP accepts.
-    #[error("unsupported content type {0:?}; use application/x-protobuf or application/json")]
+    #[error(
+        "unsupported content type {:?}; use application/x-protobuf or application/json",
+        bounded(.0)
+    )]
     UnsupportedMediaType(String),
     /// The `Content-Encoding` is not one the receiver decodes.
-    #[error("unsupported content encoding {0:?}; use gzip, zstd, deflate or none")]
+    #[error(
+        "unsupported content encoding {:?}; use gzip, zstd, deflate or none",
+        bounded(.0)
+    )]
     UnsupportedEncoding(String),
     /// The signal has no pipeline in this configuration.
     #[error("no {0} pipeline is configured on this gateway")]
@@ -71,6 +90,26 @@ pub enum PipelineError {
 }
 
 /// A bounded label value naming the kind of refusal, for metrics.
+/// The most bytes of a client's error detail (a parser's message, which quotes the
+/// request's structure) that an answer or a log line carries.
+pub const MAX_DETAIL_BYTES: usize = 512;
+
+/// `detail` cut to [`MAX_DETAIL_BYTES`] on a character boundary, saying how much was cut.
+fn bounded(detail: &str) -> std::borrow::Cow<'_, str> {
+    if detail.len() <= MAX_DETAIL_BYTES {
+        return std::borrow::Cow::Borrowed(detail);
+    }
+    let mut end = MAX_DETAIL_BYTES;
+    while !detail.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}… ({} more bytes)",
+        &detail[..end],
+        detail.len() - end
+    ))
+}
+
 impl PipelineError {
     /// Every value [`PipelineError::reason_label`] can return.
     pub const REASON_LABELS: [&'static str; 7] = [
@@ -89,7 +128,9 @@ impl PipelineError {
             Self::Overloaded { .. } => "overloaded",
             Self::ShuttingDown => "shutting_down",
             Self::Malformed(_) => "malformed",
-            Self::TooLarge { .. } | Self::ExceedsMemoryLimit { .. } => "too_large",
+            Self::TooLarge { .. }
+            | Self::MessageTooLarge { .. }
+            | Self::ExceedsMemoryLimit { .. } => "too_large",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::UnsupportedEncoding(_) => "unsupported_encoding",
             Self::NoPipeline(_) => "no_pipeline",
@@ -123,9 +164,10 @@ impl PipelineError {
             Self::Malformed(_) | Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
                 tonic::Status::invalid_argument(message)
             }
-            Self::TooLarge { .. } | Self::ExceedsMemoryLimit { .. } => {
-                tonic::Status::resource_exhausted(message)
-            }
+            // RESOURCE_EXHAUSTED without RetryInfo: OTLP clients do not retry it.
+            Self::TooLarge { .. }
+            | Self::MessageTooLarge { .. }
+            | Self::ExceedsMemoryLimit { .. } => tonic::Status::resource_exhausted(message),
             Self::NoPipeline(_) => tonic::Status::unimplemented(message),
         }
     }
@@ -140,7 +182,9 @@ impl PipelineError {
             Self::Malformed(_) | Self::UnsupportedEncoding(_) => {
                 (StatusCode::BAD_REQUEST, tonic::Code::InvalidArgument)
             }
-            Self::TooLarge { .. } | Self::ExceedsMemoryLimit { .. } => {
+            Self::TooLarge { .. }
+            | Self::MessageTooLarge { .. }
+            | Self::ExceedsMemoryLimit { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, tonic::Code::InvalidArgument)
             }
             Self::UnsupportedMediaType(_) => (

@@ -308,3 +308,82 @@ async fn malformed_grpc_requests_are_invalid_argument() {
     );
     gateway.shutdown().await;
 }
+
+/// Scenario: a 5 MiB request to a gRPC receiver with the default `max_recv_msg_size_mib`
+/// (4), sent by tonic plain and gzip-compressed (small on the wire, 5 MiB inflated); then a
+/// valid request on the same connection.
+/// Guarantees: both are refused RESOURCE_EXHAUSTED without RetryInfo (OTLP clients do not
+/// retry it, as against the Collector), with a message naming the limit and the key to
+/// raise; both are counted as too_large on the gRPC transport; the valid request is then
+/// accepted and delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_grpc_messages_are_not_retryable_and_counted() {
+    use tonic_types::StatusExt;
+
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let gateway = support::start_gateway(&support::gateway_config(sink.addr, "")).await;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", support::grpc_addr(&gateway)))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+    // 5 MiB: 1,280 spans with 4 KiB names.
+    let mut large = request(16, 1, "big");
+    large.resource_spans[0].scope_spans[0].spans = (0..1280u64)
+        .map(|i| Span {
+            trace_id: vec![7; 16],
+            span_id: (i + 1).to_be_bytes().to_vec(),
+            name: "x".repeat(4096),
+            ..Default::default()
+        })
+        .collect();
+    assert!(large.encoded_len() > 5 << 20);
+
+    for compressed in [false, true] {
+        let mut client = TraceServiceClient::new(channel.clone());
+        if compressed {
+            client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        }
+        let status = client
+            .export(large.clone())
+            .await
+            .expect_err("a message over the limit is refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::ResourceExhausted,
+            "compressed {compressed}: {status:?}"
+        );
+        assert!(
+            status.get_details_retry_info().is_none(),
+            "no RetryInfo: not retryable"
+        );
+        assert!(
+            status.message().contains("max_recv_msg_size_mib")
+                && status.message().contains(&(4usize << 20).to_string()),
+            "{}",
+            status.message()
+        );
+    }
+    TraceServiceClient::new(channel)
+        .export(request(16, 2, "ok"))
+        .await
+        .expect("a valid request is accepted after");
+    let delivered = support::eventually(Duration::from_secs(10), || {
+        let handle = sink.handle.clone();
+        async move { handle.span_count() == 2 }
+    })
+    .await;
+    assert!(delivered);
+    let metrics = support::scrape(&gateway).await;
+    assert_eq!(
+        support::metric_value(
+            &metrics,
+            "tailgate_receiver_refused_requests_total",
+            &["reason=\"too_large\"", "transport=\"grpc\""]
+        ),
+        2.0,
+        "both refusals are counted"
+    );
+    gateway.shutdown().await;
+}

@@ -627,6 +627,32 @@ fn recursion_limit_matches_prost() {
     assert!(count_spans(&wrap_span(&group)).is_err());
 }
 
+/// Scenario: an attribute value nested 100,000 arrays deep, refused as too deep; a
+/// malformed-request refusal carrying a 5,000-byte detail.
+/// Guarantees: the error's path shows its first and last segments around the count left
+/// out, so the message stays under 300 bytes; a refusal's message (what the answer and the
+/// log carry) is cut to 512 bytes of detail, saying how much was cut.
+#[test]
+fn error_messages_stay_short_however_deep_the_request() {
+    let kv = ld(2, &nested_any_value(100_000, &[]));
+    let error = count_spans(&wrap_span(&ld(9, &kv))).expect_err("too deep");
+    assert_eq!(error.kind(), &WireErrorKind::RecursionLimit);
+    let message = error.to_string();
+    assert!(message.len() < 300, "{} bytes: {message}", message.len());
+    assert!(message.contains("more)"), "{message}");
+    assert!(
+        error
+            .path()
+            .starts_with("resource_spans[0].scope_spans[0].spans[0]"),
+        "{}",
+        error.path()
+    );
+
+    let refusal = crate::error::PipelineError::Malformed("x".repeat(5000)).to_string();
+    assert!(refusal.len() < 600, "{} bytes", refusal.len());
+    assert!(refusal.ends_with("(4488 more bytes)"), "{refusal}");
+}
+
 /// Scenario: a span carries unknown fields (field 99 varint, field 100 length-delimited,
 /// field 101 a group) besides known ones.
 /// Guarantees: the request is accepted, the span's bytes in the view are exactly the bytes

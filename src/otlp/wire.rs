@@ -330,6 +330,11 @@ pub(super) enum Seg {
     Unknown(u32),
 }
 
+/// Leading segments of a long error path that are shown.
+const PATH_SHOWN_HEAD: usize = 6;
+/// Trailing segments of a long error path that are shown.
+const PATH_SHOWN_TAIL: usize = 4;
+
 #[derive(Clone, Copy)]
 pub(super) struct Path<'a> {
     parent: Option<&'a Path<'a>>,
@@ -349,28 +354,36 @@ impl<'a> Path<'a> {
         }
     }
 
-    /// The path as `resource_spans[0].scope_spans[1].spans[2].name`.
+    /// The path as `resource_spans[0].scope_spans[1].spans[2].name`. A path deeper than
+    /// [`PATH_SHOWN_HEAD`] + [`PATH_SHOWN_TAIL`] segments (nested values) shows its first
+    /// and last segments around the count of those left out, so that an answer or a log
+    /// line stays short however deep the request nests.
     pub(super) fn render(&self) -> String {
         let mut segs = Vec::new();
         let mut p = Some(self);
         while let Some(node) = p {
-            segs.push(node.seg);
+            if !matches!(node.seg, Seg::Root) {
+                segs.push(node.seg);
+            }
             p = node.parent;
         }
-        let mut s = String::new();
-        for seg in segs.iter().rev() {
-            let part = match seg {
-                Seg::Root => continue,
-                Seg::Field(name) => (*name).to_string(),
-                Seg::Index(name, i) => format!("{name}[{i}]"),
-                Seg::Unknown(tag) => format!("field {tag}"),
-            };
-            if !s.is_empty() {
-                s.push('.');
-            }
-            s.push_str(&part);
+        segs.reverse();
+        let render_seg = |seg: &Seg| match seg {
+            Seg::Root => String::new(),
+            Seg::Field(name) => (*name).to_string(),
+            Seg::Index(name, i) => format!("{name}[{i}]"),
+            Seg::Unknown(tag) => format!("field {tag}"),
+        };
+        let mut parts: Vec<String> = Vec::new();
+        if segs.len() > PATH_SHOWN_HEAD + PATH_SHOWN_TAIL {
+            parts.extend(segs[..PATH_SHOWN_HEAD].iter().map(render_seg));
+            let left_out = segs.len() - PATH_SHOWN_HEAD - PATH_SHOWN_TAIL;
+            parts.push(format!("({left_out} more)"));
+            parts.extend(segs[segs.len() - PATH_SHOWN_TAIL..].iter().map(render_seg));
+        } else {
+            parts.extend(segs.iter().map(render_seg));
         }
-        s
+        parts.join(".")
     }
 
     fn err(&self, kind: WireErrorKind, offset: usize) -> WireError {

@@ -18,6 +18,8 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
@@ -167,8 +169,15 @@ where
             let (parts, body) = request.into_parts();
             let mut body = Peeked::new(body);
             let (least, most) = match body.frame_header().await {
-                // Over the maximum: tonic refuses it without reading it.
-                Some((_, len)) if len > max_message_size => (0, 0),
+                // Over the maximum: refused without reading it, as not retryable.
+                Some((_, len)) if len > max_message_size => {
+                    let error = PipelineError::MessageTooLarge {
+                        limit: max_message_size,
+                        size: format!("{len} bytes"),
+                    };
+                    intake.refuse(&error);
+                    return Ok(error.grpc_status().into_http());
+                }
                 Some((false, len)) => (len, len),
                 // Compressed: the message and what it inflates to, at most the maximum.
                 Some((true, len)) => (len, len + max_message_size),
@@ -179,9 +188,11 @@ where
                 Ok(reservation) => reservation,
                 Err(error) => return Ok(error.grpc_status().into_http()),
             };
+            let handled = Arc::new(AtomicBool::new(false));
             let handler = ExportHandler {
-                intake,
+                intake: intake.clone(),
                 reservation: Some(reservation),
+                handled: handled.clone(),
             };
             let mut grpc = tonic::server::Grpc::new(RawRequestCodec::<I::Response>::default())
                 .accept_compressed(CompressionEncoding::Gzip)
@@ -189,17 +200,42 @@ where
                 .send_compressed(CompressionEncoding::Gzip)
                 .send_compressed(CompressionEncoding::Zstd)
                 .max_decoding_message_size(max_message_size);
-            Ok(grpc
+            let response = grpc
                 .unary(handler, http::Request::from_parts(parts, body))
-                .await)
+                .await;
+            // A message tonic refused before the handler saw it because it inflates past
+            // the maximum: tonic answers OUT_OF_RANGE (which OTLP clients retry) or
+            // RESOURCE_EXHAUSTED with a message that names no setting, and counts nothing.
+            let refused_by_size = matches!(
+                grpc_status(&response),
+                Some(tonic::Code::OutOfRange | tonic::Code::ResourceExhausted)
+            );
+            if refused_by_size && !handled.load(Ordering::Acquire) {
+                let error = PipelineError::MessageTooLarge {
+                    limit: max_message_size,
+                    size: "unknown size (compressed)".to_owned(),
+                };
+                intake.refuse(&error);
+                return Ok(error.grpc_status().into_http());
+            }
+            Ok(response)
         })
     }
+}
+
+/// The status of a trailers-only gRPC answer (an error answered before any message), if
+/// `response` is one.
+fn grpc_status<B>(response: &http::Response<B>) -> Option<tonic::Code> {
+    let value = response.headers().get("grpc-status")?.to_str().ok()?;
+    value.parse::<i32>().ok().map(tonic::Code::from)
 }
 
 /// Handles one decoded request under the reservation admission took for it.
 struct ExportHandler<I> {
     intake: I,
     reservation: Option<Reservation>,
+    /// Set once the decoded message reached the handler (its answers are its own).
+    handled: Arc<AtomicBool>,
 }
 
 impl<I: RawIntake> UnaryService<Bytes> for ExportHandler<I> {
@@ -207,6 +243,7 @@ impl<I: RawIntake> UnaryService<Bytes> for ExportHandler<I> {
     type Future = BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        self.handled.store(true, Ordering::Release);
         let intake = self.intake.clone();
         // Called once per request (the handler is made per request); the ingest resizes
         // the reservation to the message and hands it on with the batch.
