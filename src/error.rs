@@ -80,7 +80,7 @@ pub enum PipelineError {
     UnsupportedMediaType(String),
     /// The `Content-Encoding` is not one the receiver decodes.
     #[error(
-        "unsupported content encoding {:?}; use gzip, zstd, deflate or none",
+        "unsupported content encoding {:?}; use gzip, zstd, deflate, snappy, lz4 or none",
         bounded(.0)
     )]
     UnsupportedEncoding(String),
