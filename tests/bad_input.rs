@@ -387,3 +387,121 @@ async fn oversized_grpc_messages_are_not_retryable_and_counted() {
     );
     gateway.shutdown().await;
 }
+
+/// Scenario: a request whose span name and one attribute value are not valid UTF-8 (a
+/// lone continuation byte, a truncated sequence), beside a valid span, sent as raw
+/// protobuf over gRPC and over OTLP/HTTP.
+/// Guarantees: both are accepted; at the sink every span arrives, the two bad strings
+/// valid UTF-8 with U+FFFD where the bad bytes were, and everything else in the spans
+/// (ids, other attributes, the other span) equal to what was sent; the corrected strings
+/// are counted per transport (2 each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_strings_are_corrected_not_refused() {
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+
+    const MARK: &[u8] = b"\x01MARK\x01";
+    const BAD: &[u8] = b"\x80A\xe2\x82B!";
+    let string = |s: &str| {
+        Some(AnyValue {
+            value: Some(any_value::Value::StringValue(s.to_owned())),
+        })
+    };
+    let spans = |tag: u8, name: &str, value: &str| {
+        vec![
+            Span {
+                trace_id: vec![tag; 16],
+                span_id: vec![1; 8],
+                name: name.to_owned(),
+                start_time_unix_nano: 11,
+                attributes: vec![
+                    KeyValue {
+                        key: "db.statement".into(),
+                        value: string(value),
+                        ..Default::default()
+                    },
+                    KeyValue {
+                        key: "ok".into(),
+                        value: string("fine"),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            },
+            Span {
+                trace_id: vec![tag; 16],
+                span_id: vec![2; 8],
+                name: "valid".into(),
+                ..Default::default()
+            },
+        ]
+    };
+    let mark = std::str::from_utf8(MARK).expect("ascii");
+    let lossy = String::from_utf8_lossy(BAD).into_owned();
+    assert!(lossy.contains('\u{fffd}'));
+    let with_bad_bytes = |tag: u8| {
+        let mut request = request(16, 0, "x");
+        request.resource_spans[0].scope_spans[0].spans = spans(tag, mark, mark);
+        let mut bytes = request.encode_to_vec();
+        let mut at = 0;
+        while let Some(found) = bytes[at..].windows(MARK.len()).position(|w| w == MARK) {
+            bytes[at + found..at + found + MARK.len()].copy_from_slice(BAD);
+            at += found + MARK.len();
+        }
+        Bytes::from(bytes)
+    };
+
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let gateway = support::start_gateway(&support::gateway_config(sink.addr, "")).await;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", support::grpc_addr(&gateway)))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+    let mut raw = tonic::client::Grpc::new(channel);
+    raw.ready().await.expect("ready");
+    let path = http::uri::PathAndQuery::from_static(
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+    );
+    raw.unary(tonic::Request::new(with_bad_bytes(1)), path, RawCodec)
+        .await
+        .expect("accepted over gRPC");
+    let (status, _, _, body) = post(
+        format!("http://{}/v1/traces", support::http_addr(&gateway)),
+        vec![("content-type", "application/x-protobuf")],
+        with_bad_bytes(2).to_vec(),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+
+    let arrived = support::eventually(Duration::from_secs(10), || {
+        let handle = sink.handle.clone();
+        async move { handle.span_count() == 4 }
+    })
+    .await;
+    assert!(arrived, "{} spans arrived", sink.handle.span_count());
+    for tag in [1u8, 2] {
+        let mut got: Vec<Span> = sink
+            .handle
+            .spans()
+            .into_iter()
+            .map(|r| r.span)
+            .filter(|s| s.trace_id == vec![tag; 16])
+            .collect();
+        got.sort_by(|a, b| a.span_id.cmp(&b.span_id));
+        assert_eq!(got, spans(tag, &lossy, &lossy), "transport {tag}");
+    }
+    let metrics = support::scrape(&gateway).await;
+    for transport in ["grpc", "http"] {
+        assert_eq!(
+            support::metric_value(
+                &metrics,
+                "tailgate_receiver_utf8_corrected_total",
+                &[&format!("transport=\"{transport}\""), "signal=\"traces\""]
+            ),
+            2.0,
+            "{transport}"
+        );
+    }
+    gateway.shutdown().await;
+}

@@ -6,6 +6,7 @@
 //! contract) and yields, per span, its encoded body plus the handful of fields that routing
 //! and sampling need.
 
+use std::cell::RefCell;
 use std::fmt;
 
 use bytes::Bytes;
@@ -224,7 +225,7 @@ impl WireError {
 /// `parent_span_id` that is neither empty nor 8 bytes.
 pub fn parse_traces_request(buf: &Bytes) -> Result<Vec<ResourceSpansView>, WireError> {
     let mut out = Vec::new();
-    walk_request(buf, Some(&mut out))?;
+    walk_request(buf, Some(&mut out), None)?;
     Ok(out
         .into_iter()
         .map(|rs| ResourceSpansView {
@@ -250,7 +251,19 @@ pub fn parse_traces_request(buf: &Bytes) -> Result<Vec<ResourceSpansView>, WireE
 ///
 /// As [`parse_traces_request`].
 pub fn count_spans(buf: &[u8]) -> Result<usize, WireError> {
-    walk_request(buf, None)
+    walk_request(buf, None, None)
+}
+
+/// Walks `buf` as [`count_spans`] does, except that string fields that are not valid
+/// UTF-8 are collected (in wire order) instead of refused.
+///
+/// # Errors
+///
+/// As [`count_spans`], for every problem other than invalid UTF-8.
+pub(super) fn find_invalid_utf8(buf: &[u8]) -> Result<Vec<InvalidString>, WireError> {
+    let found = RefCell::new(Vec::new());
+    walk_request(buf, None, Some(&found))?;
+    Ok(found.into_inner())
 }
 
 type Range = std::ops::Range<usize>;
@@ -409,7 +422,14 @@ struct Reader<'b> {
     buf: &'b [u8],
     pos: usize,
     end: usize,
+    /// Set by [`find_invalid_utf8`]: strings that are not valid UTF-8 are collected here
+    /// (with their paths) instead of failing the walk.
+    invalid_utf8: Option<&'b RefCell<Vec<InvalidString>>>,
 }
+
+/// A string field whose bytes are not valid UTF-8: the range of its bytes in the request,
+/// and its field path.
+pub(super) type InvalidString = (Range, String);
 
 /// A decoded field key.
 #[derive(Clone, Copy)]
@@ -497,6 +517,7 @@ impl<'b> Reader<'b> {
             buf: self.buf,
             pos: range.start,
             end: range.end,
+            invalid_utf8: self.invalid_utf8,
         }
     }
 }
@@ -519,7 +540,10 @@ fn string(r: &mut Reader<'_>, key: Key, path: &Path<'_>) -> Result<Range, WireEr
     expect(key, LEN, path)?;
     let range = r.delimited(key, path)?;
     if std::str::from_utf8(&r.buf[range.clone()]).is_err() {
-        return Err(path.err(WireErrorKind::InvalidUtf8, range.start));
+        let Some(found) = r.invalid_utf8 else {
+            return Err(path.err(WireErrorKind::InvalidUtf8, range.start));
+        };
+        found.borrow_mut().push((range.clone(), path.render()));
     }
     Ok(range)
 }
@@ -613,14 +637,16 @@ fn check_id(last: Option<(usize, usize)>, want: usize, path: &Path<'_>) -> Resul
 // ---------------------------------------------------------------------------------------
 // The request, resource spans, scope spans and spans: walked explicitly, collecting views.
 
-fn walk_request(
-    buf: &[u8],
+fn walk_request<'b>(
+    buf: &'b [u8],
     mut out: Option<&mut Vec<RawResourceSpans>>,
+    invalid_utf8: Option<&'b RefCell<Vec<InvalidString>>>,
 ) -> Result<usize, WireError> {
     let mut r = Reader {
         buf,
         pos: 0,
         end: buf.len(),
+        invalid_utf8,
     };
     let ctx = RECURSION_LIMIT;
     let root = ROOT;
@@ -985,6 +1011,7 @@ mod tests {
                 buf: b,
                 pos: 0,
                 end: b.len(),
+                invalid_utf8: None,
             };
             r.varint(&ROOT)
         };

@@ -113,6 +113,9 @@ pub struct Inspected<V> {
     /// What the walk yields that later stages can use instead of walking the request
     /// again, when it was asked for.
     pub views: Option<V>,
+    /// The request to take instead of the one received, when string fields that were not
+    /// valid UTF-8 had to be corrected (the views are of these bytes).
+    pub corrected: Option<crate::otlp::CorrectedRequest>,
 }
 
 /// What the signal-generic stages (receivers' intake, batcher, exporters, fan-out) need of
@@ -206,29 +209,52 @@ macro_rules! batch_accessors {
     };
 }
 
+/// The strict walk of a trace request: with views, or counting only.
+fn walk_traces(
+    request: &Bytes,
+    want_views: bool,
+) -> Result<Inspected<Vec<ResourceSpansView>>, crate::otlp::WireError> {
+    if want_views {
+        let resources = crate::otlp::parse_traces_request(request)?;
+        let items = resources
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        Ok(Inspected {
+            items,
+            views: Some(resources),
+            corrected: None,
+        })
+    } else {
+        Ok(Inspected {
+            items: crate::otlp::count_spans(request)?,
+            views: None,
+            corrected: None,
+        })
+    }
+}
+
 impl Payload for TraceBatch {
     const SIGNAL: Signal = Signal::Traces;
 
     type Views = Vec<ResourceSpansView>;
 
     /// With views, the walk is [`crate::otlp::parse_traces_request`]; without,
-    /// [`crate::otlp::count_spans`]: the same walk, as strict, with the same errors.
+    /// [`crate::otlp::count_spans`]: the same walk, as strict, with the same errors. A
+    /// request refused only for string fields that are not valid UTF-8 is corrected
+    /// ([`crate::otlp::correct_traces_utf8`]) and walked again.
     fn inspect(request: &Bytes, want_views: bool) -> Result<Inspected<Self::Views>, PipelineError> {
         let malformed = |error: crate::otlp::WireError| PipelineError::Malformed(error.to_string());
-        if want_views {
-            let resources = crate::otlp::parse_traces_request(request).map_err(malformed)?;
-            let items = resources
-                .iter()
-                .flat_map(|r| &r.scope_spans)
-                .map(|s| s.spans.len())
-                .sum();
-            Ok(Inspected {
-                items,
-                views: Some(resources),
-            })
-        } else {
-            let items = crate::otlp::count_spans(request).map_err(malformed)?;
-            Ok(Inspected { items, views: None })
+        match walk_traces(request, want_views) {
+            Err(error) if *error.kind() == crate::otlp::WireErrorKind::InvalidUtf8 => {
+                let corrected = crate::otlp::correct_traces_utf8(request).map_err(malformed)?;
+                let mut inspected =
+                    walk_traces(&corrected.request, want_views).map_err(malformed)?;
+                inspected.corrected = Some(corrected);
+                Ok(inspected)
+            }
+            walked => walked.map_err(malformed),
         }
     }
 
@@ -284,7 +310,11 @@ impl Payload for MetricsBatch {
     /// bytes go on.
     fn inspect(request: &Bytes, _want_views: bool) -> Result<Inspected<()>, PipelineError> {
         crate::otlp::decode_metrics_request(request)
-            .map(|(_decoded, items)| Inspected { items, views: None })
+            .map(|(_decoded, items)| Inspected {
+                items,
+                views: None,
+                corrected: None,
+            })
             .map_err(|error| PipelineError::Malformed(error.to_string()))
     }
 

@@ -1,5 +1,8 @@
 //! The receiver's self-metrics, with the Collector's names.
 
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::config::ComponentId;
@@ -30,6 +33,9 @@ impl Transport {
 /// [`PipelineError::REASON_LABELS`].
 const TOO_MANY_REQUESTS: &str = "too_many_requests";
 
+/// At most one log line per receiver and transport this often about corrected strings.
+const UTF8_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
 /// The families, registered once per registry.
 #[derive(Clone)]
 pub struct ReceiverMetricFamilies {
@@ -39,6 +45,7 @@ pub struct ReceiverMetricFamilies {
     refused_points: IntCounterVec,
     refused_requests: IntCounterVec,
     in_flight: IntGaugeVec,
+    utf8_corrected: IntCounterVec,
 }
 
 impl ReceiverMetricFamilies {
@@ -99,6 +106,15 @@ impl ReceiverMetricFamilies {
             ),
             &["receiver", "transport"],
         )?;
+        let utf8_corrected = counter_vec(
+            registry,
+            (
+                "tailgate_receiver_utf8_corrected_total",
+                "String fields that were not valid UTF-8, accepted with each invalid \
+                 sequence replaced by U+FFFD, by signal.",
+            ),
+            &["receiver", "transport", "signal"],
+        )?;
         Ok(Self {
             accepted,
             refused,
@@ -106,6 +122,7 @@ impl ReceiverMetricFamilies {
             refused_points,
             refused_requests,
             in_flight,
+            utf8_corrected,
         })
     }
 
@@ -152,6 +169,12 @@ impl ReceiverMetricFamilies {
             refused: refused.with_label_values(&labels),
             refused_requests: self.refused_requests.clone(),
             in_flight: self.in_flight.with_label_values(&labels),
+            utf8_corrected: self.utf8_corrected.with_label_values(&[
+                id.written.as_str(),
+                transport.label(),
+                signal,
+            ]),
+            utf8_logged: Arc::new(Mutex::new(None)),
             receiver: id.written.clone(),
             transport,
             signal,
@@ -167,6 +190,9 @@ pub struct ReceiverMetrics {
     refused_requests: IntCounterVec,
     /// Shared by the traces and metrics handles of one receiver and transport.
     in_flight: IntGauge,
+    utf8_corrected: IntCounter,
+    /// When a correction was last logged, and how many strings were corrected since.
+    utf8_logged: Arc<Mutex<Option<(Instant, u64)>>>,
     receiver: String,
     transport: Transport,
     signal: &'static str,
@@ -196,6 +222,37 @@ impl ReceiverMetrics {
                 reason,
             ])
             .inc();
+    }
+
+    /// Counts `strings` string fields of one request corrected to valid UTF-8, and logs
+    /// it at most once per [`UTF8_LOG_INTERVAL`] (with the field path of the first, and
+    /// the count since the last log line).
+    pub(super) fn record_utf8_corrected(&self, strings: usize, first_path: &str) {
+        self.utf8_corrected.inc_by(strings as u64);
+        let mut logged = self
+            .utf8_logged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        let since_last = match *logged {
+            Some((at, pending)) if now.duration_since(at) < UTF8_LOG_INTERVAL => {
+                *logged = Some((at, pending + strings as u64));
+                return;
+            }
+            Some((_, pending)) => pending + strings as u64,
+            None => strings as u64,
+        };
+        *logged = Some((now, 0));
+        tracing::warn!(
+            event = "receiver.utf8_corrected",
+            receiver = %self.receiver,
+            transport = self.transport.label(),
+            signal = self.signal,
+            field = first_path,
+            strings = since_last,
+            "string fields that were not valid UTF-8 were accepted with U+FFFD in place of \
+             the invalid bytes; fix the sender's encoding",
+        );
     }
 
     /// The gauge of requests in flight on this receiver and transport.

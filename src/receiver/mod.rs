@@ -149,7 +149,7 @@ impl<P: Payload> SignalIntake<P> {
         mut reservation: Reservation,
         arrival: Arrival,
     ) -> Result<usize, PipelineError> {
-        let inspected = match P::inspect(&request, self.sink.wants_views()) {
+        let mut inspected = match P::inspect(&request, self.sink.wants_views()) {
             Ok(inspected) => inspected,
             Err(error) => {
                 self.metrics
@@ -162,6 +162,14 @@ impl<P: Payload> SignalIntake<P> {
         if items == 0 {
             return Ok(0);
         }
+        let request = match inspected.corrected.take() {
+            Some(corrected) => {
+                self.metrics
+                    .record_utf8_corrected(corrected.strings, &corrected.first_path);
+                corrected.request
+            }
+            None => request,
+        };
         if self.sink.is_empty() {
             let error = PipelineError::NoPipeline(P::SIGNAL.as_str());
             self.metrics.record_refused(items, &error);
