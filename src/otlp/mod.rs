@@ -71,7 +71,7 @@ pub use json::{
     traces_json_to_protobuf,
 };
 pub use metrics::{MetricsError, count_data_points, decode_metrics_request, metric_points};
-pub use utf8::{CorrectedRequest, correct_traces_utf8};
+pub use utf8::{CorrectedRequest, correct_metrics_utf8, correct_traces_utf8};
 pub use wire::{
     ResourceSpansView, ScopeSpansView, SpanId, SpanView, TraceId, WireError, WireErrorKind,
     count_spans, parse_traces_request,

@@ -55,6 +55,138 @@ pub fn correct_traces_utf8(buf: &[u8]) -> Result<CorrectedRequest, WireError> {
     })
 }
 
+/// Corrects the string fields of `buf` (an `ExportMetricsServiceRequest`) that are not
+/// valid UTF-8, as [`correct_traces_utf8`] does for traces. Only where the metrics schema
+/// has strings is looked at; whether the request is otherwise valid is left to the decode
+/// that follows (a request this cannot walk comes back unchanged, to be refused there).
+pub fn correct_metrics_utf8(buf: &[u8]) -> CorrectedRequest {
+    let mut fixes = Vec::new();
+    find_strings(buf, 0..buf.len(), Schema::MetricsRequest, 0, &mut fixes);
+    let fixes: Vec<std::ops::Range<usize>> = fixes
+        .into_iter()
+        .filter(|range| std::str::from_utf8(&buf[range.clone()]).is_err())
+        .collect();
+    if fixes.is_empty() {
+        return CorrectedRequest {
+            request: Bytes::copy_from_slice(buf),
+            strings: 0,
+            first_path: String::new(),
+        };
+    }
+    let mut out = Vec::with_capacity(buf.len() + 2 * fixes.iter().map(|r| r.len()).sum::<usize>());
+    rewrite(buf, 0..buf.len(), &fixes, &mut out);
+    CorrectedRequest {
+        request: Bytes::from(out),
+        strings: fixes.len(),
+        first_path: "metrics request".to_owned(),
+    }
+}
+
+/// The messages of the metrics request that hold strings, directly or below.
+#[derive(Clone, Copy)]
+enum Schema {
+    MetricsRequest,
+    ResourceMetrics,
+    Resource,
+    EntityRef,
+    ScopeMetrics,
+    Scope,
+    KeyValue,
+    AnyValue,
+    ArrayValue,
+    KeyValueList,
+    Metric,
+    /// Gauge, Sum, Histogram, ExponentialHistogram, Summary: data points in field 1.
+    Points(Point),
+    DataPoint(Point),
+    Exemplar,
+}
+
+/// The kinds of data point, which keep their attributes and exemplars in different fields.
+#[derive(Clone, Copy)]
+enum Point {
+    Number,
+    Histogram,
+    Exponential,
+    Summary,
+}
+
+/// What a field of a message is, as far as finding strings goes.
+enum Field {
+    String,
+    Message(Schema),
+    Other,
+}
+
+impl Schema {
+    fn field(self, tag: u64) -> Field {
+        use Field::{Message, Other, String};
+        match (self, tag) {
+            (Self::MetricsRequest, 1) => Message(Self::ResourceMetrics),
+            (Self::ResourceMetrics, 1) => Message(Self::Resource),
+            (Self::ResourceMetrics, 2) => Message(Self::ScopeMetrics),
+            (Self::ResourceMetrics | Self::ScopeMetrics, 3) => String,
+            (Self::Resource, 1) | (Self::Scope, 3) => Message(Self::KeyValue),
+            (Self::Resource, 3) => Message(Self::EntityRef),
+            (Self::EntityRef, 1..=4) => String,
+            (Self::ScopeMetrics, 1) => Message(Self::Scope),
+            (Self::ScopeMetrics, 2) => Message(Self::Metric),
+            (Self::Scope, 1 | 2) | (Self::KeyValue, 1) | (Self::AnyValue, 1) => String,
+            (Self::KeyValue, 2) | (Self::ArrayValue, 1) => Message(Self::AnyValue),
+            (Self::AnyValue, 5) => Message(Self::ArrayValue),
+            (Self::AnyValue, 6) => Message(Self::KeyValueList),
+            (Self::KeyValueList, 1) | (Self::Metric, 12) => Message(Self::KeyValue),
+            (Self::Metric, 1..=3) => String,
+            (Self::Metric, 5 | 7) => Message(Self::Points(Point::Number)),
+            (Self::Metric, 9) => Message(Self::Points(Point::Histogram)),
+            (Self::Metric, 10) => Message(Self::Points(Point::Exponential)),
+            (Self::Metric, 11) => Message(Self::Points(Point::Summary)),
+            (Self::Points(point), 1) => Message(Self::DataPoint(point)),
+            (Self::DataPoint(Point::Number | Point::Summary), 7)
+            | (Self::DataPoint(Point::Histogram), 9)
+            | (Self::DataPoint(Point::Exponential), 1)
+            | (Self::Exemplar, 7) => Message(Self::KeyValue),
+            (Self::DataPoint(Point::Number), 5)
+            | (Self::DataPoint(Point::Histogram), 8)
+            | (Self::DataPoint(Point::Exponential), 11) => Message(Self::Exemplar),
+            _ => Other,
+        }
+    }
+}
+
+/// Collects the ranges of the string fields of the `schema` message `buf[range]`, as far
+/// as the bytes can be walked (deeper than prost's recursion limit is not looked at: the
+/// decode refuses it).
+fn find_strings(
+    buf: &[u8],
+    range: std::ops::Range<usize>,
+    schema: Schema,
+    depth: u32,
+    out: &mut Vec<std::ops::Range<usize>>,
+) {
+    if depth > 100 {
+        return;
+    }
+    let mut pos = range.start;
+    while pos < range.end {
+        let key = varint(buf, &mut pos);
+        if key & 7 != LEN {
+            skip_value(buf, &mut pos, key & 7);
+            continue;
+        }
+        let len = usize::try_from(varint(buf, &mut pos)).unwrap_or(usize::MAX);
+        let Some(end) = pos.checked_add(len).filter(|end| *end <= range.end) else {
+            return;
+        };
+        match schema.field(key >> 3) {
+            Field::String => out.push(pos..end),
+            Field::Message(inner) => find_strings(buf, pos..end, inner, depth + 1, out),
+            Field::Other => {}
+        }
+        pos = end;
+    }
+}
+
 const VARINT: u64 = 0;
 const I64: u64 = 1;
 const LEN: u64 = 2;
@@ -86,8 +218,16 @@ fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     out.push(value as u8);
 }
 
-/// Moves `*pos` past the field whose key (of `wire_type`) was just read.
+/// Moves `*pos` past the field whose key (of `wire_type`) was just read; groups nested
+/// deeper than prost's recursion limit are left unfinished (prost refuses them anyway).
 fn skip_value(buf: &[u8], pos: &mut usize, wire_type: u64) {
+    skip_nested(buf, pos, wire_type, 0);
+}
+
+fn skip_nested(buf: &[u8], pos: &mut usize, wire_type: u64, depth: u32) {
+    if depth > 100 {
+        return;
+    }
     match wire_type {
         VARINT => {
             varint(buf, pos);
@@ -106,7 +246,7 @@ fn skip_value(buf: &[u8], pos: &mut usize, wire_type: u64) {
             if key & 7 == EGROUP {
                 return;
             }
-            skip_value(buf, pos, key & 7);
+            skip_nested(buf, pos, key & 7, depth + 1);
         },
         _ => {}
     }
@@ -300,6 +440,73 @@ mod tests {
         let unchanged = correct_traces_utf8(&valid).expect("valid");
         assert_eq!(unchanged.strings, 0);
         assert_eq!(&unchanged.request[..], &valid[..]);
+    }
+
+    /// Scenario: a metrics request whose metric name, data point attribute value, exemplar
+    /// attribute key and resource attribute are invalid UTF-8; a metrics request that is
+    /// truncated.
+    /// Guarantees: the correction finds the four strings, and the corrected request decodes
+    /// with prost to the template with each bad string replaced by its lossy decoding; the
+    /// truncated one has nothing to correct.
+    #[test]
+    fn metrics_strings_are_corrected_where_the_schema_has_strings() {
+        use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+        use opentelemetry_proto::tonic::metrics::v1::{
+            Exemplar, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric,
+        };
+        let template = |mark: &str| ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: vec![KeyValue {
+                        key: "host".into(),
+                        value: string(mark),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: mark.into(),
+                        unit: "s".into(),
+                        data: Some(metric::Data::Gauge(Gauge {
+                            data_points: vec![NumberDataPoint {
+                                attributes: vec![KeyValue {
+                                    key: "path".into(),
+                                    value: string(mark),
+                                    ..Default::default()
+                                }],
+                                exemplars: vec![Exemplar {
+                                    filtered_attributes: vec![KeyValue {
+                                        key: mark.into(),
+                                        value: string("v"),
+                                        ..Default::default()
+                                    }],
+                                    span_id: vec![0xff; 8],
+                                    trace_id: vec![0xfe; 16],
+                                    ..Default::default()
+                                }],
+                                time_unix_nano: 7,
+                                ..Default::default()
+                            }],
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let bad: &[u8] = b"\x80A\xe2\x82\xc0\xaf";
+        let encoded = inject(&template(MARK).encode_to_vec(), bad);
+        assert!(ExportMetricsServiceRequest::decode(&encoded[..]).is_err());
+        let corrected = super::correct_metrics_utf8(&encoded);
+        assert_eq!(corrected.strings, 4);
+        let lossy = String::from_utf8_lossy(bad).into_owned();
+        let decoded =
+            ExportMetricsServiceRequest::decode(&corrected.request[..]).expect("valid now");
+        assert_eq!(decoded, template(&lossy));
+        let truncated = &template("ok").encode_to_vec()[..20];
+        assert_eq!(super::correct_metrics_utf8(truncated).strings, 0);
     }
 
     /// Scenario: a request with invalid UTF-8 in a span name and also a 15-byte trace id.

@@ -307,15 +307,32 @@ impl Payload for MetricsBatch {
     type Views = ();
 
     /// A prost decode validates the request and counts its data points; the original
-    /// bytes go on.
+    /// bytes go on. A request that does not decode is looked at for string fields that
+    /// are not valid UTF-8: when correcting them ([`crate::otlp::correct_metrics_utf8`])
+    /// makes it decode, the corrected bytes go on; otherwise the first error stands.
     fn inspect(request: &Bytes, _want_views: bool) -> Result<Inspected<()>, PipelineError> {
-        crate::otlp::decode_metrics_request(request)
-            .map(|(_decoded, items)| Inspected {
+        let error = match crate::otlp::decode_metrics_request(request) {
+            Ok((_decoded, items)) => {
+                return Ok(Inspected {
+                    items,
+                    views: None,
+                    corrected: None,
+                });
+            }
+            Err(error) => error,
+        };
+        let corrected = crate::otlp::correct_metrics_utf8(request);
+        if corrected.strings == 0 {
+            return Err(PipelineError::Malformed(error.to_string()));
+        }
+        match crate::otlp::decode_metrics_request(&corrected.request) {
+            Ok((_decoded, items)) => Ok(Inspected {
                 items,
                 views: None,
-                corrected: None,
-            })
-            .map_err(|error| PipelineError::Malformed(error.to_string()))
+                corrected: Some(corrected),
+            }),
+            Err(_) => Err(PipelineError::Malformed(error.to_string())),
+        }
     }
 
     fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
