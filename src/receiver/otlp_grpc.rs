@@ -197,8 +197,9 @@ where
             let mut grpc = tonic::server::Grpc::new(RawRequestCodec::<I::Response>::default())
                 .accept_compressed(CompressionEncoding::Gzip)
                 .accept_compressed(CompressionEncoding::Zstd)
-                .send_compressed(CompressionEncoding::Gzip)
-                .send_compressed(CompressionEncoding::Zstd)
+                // Answers go uncompressed whatever the client accepts: an OTLP answer is a
+                // few bytes, and compressing it cost a fresh deflate state per request
+                // (8% of a one-tier replica's CPU, BENCHMARKS.md "Scale-out").
                 .max_decoding_message_size(max_message_size);
             let response = grpc
                 .unary(handler, http::Request::from_parts(parts, body))
