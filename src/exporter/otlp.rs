@@ -143,15 +143,27 @@ impl<P: Payload> Inner<P> {
     }
 }
 
-impl<P: Payload> fmt::Debug for SignalExporter<P> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (exporter, mode) = match &self.inner {
+impl<P: Payload> SignalExporter<P> {
+    /// The exporter's id as written (its metric label), and how it hands batches on.
+    fn describe(&self) -> (&str, &'static str) {
+        match &self.inner {
             Inner::Queued { delivery, .. } => (delivery.shared().id(), "queued"),
             Inner::Persistent { delivery, .. } => (delivery.shared().id(), "persistent"),
             Inner::Inline { delivery, .. } => (delivery.shared().id(), "inline"),
             Inner::Routed(routed) => (routed.id(), "routed"),
             Inner::Debug { debug, .. } => (debug.exporter(), "debug"),
-        };
+        }
+    }
+
+    /// The exporter's id as written (its metric label).
+    pub(crate) fn id(&self) -> &str {
+        self.describe().0
+    }
+}
+
+impl<P: Payload> fmt::Debug for SignalExporter<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (exporter, mode) = self.describe();
         f.debug_struct("SignalExporter")
             .field("signal", &P::SIGNAL)
             .field("exporter", &exporter)

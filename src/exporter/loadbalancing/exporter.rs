@@ -20,7 +20,7 @@
 //! ring and handed to their new owners, never dropped. A request in flight to it that
 //! fails (a killed backend refuses connections) comes back the same way instead of being
 //! retried (`reclaim_in_flight`); one that succeeds is counted there. The removed exporter
-//! is shut down with the others.
+//! is then retired: stopped and forgotten, its counts kept for the shutdown report.
 //!
 //! One tier (see `local.rs`): a backend that is this process's own receiver is delivered
 //! to in-process. Each network backend has a second exporter for hand-offs between
@@ -114,10 +114,13 @@ pub struct LoadBalancer {
     closed: AtomicBool,
     /// One membership change at a time.
     changing: Mutex<()>,
-    /// Every backend exporter started, current and removed (a removed one finishes its
-    /// requests in flight): shutdown drains them all. A std mutex: held only to push or
-    /// copy, never across an await.
+    /// Every backend exporter started and not yet retired (a removed one is retired once
+    /// its requests in flight have ended): shutdown drains them all. A std mutex: held
+    /// only to push, prune or copy, never across an await.
     started: std::sync::Mutex<Vec<TracesExporter>>,
+    /// What retiring removed backends' exporters delivered or dropped, for the shutdown
+    /// report.
+    retired: std::sync::Mutex<DrainReport>,
     /// `true` while the ring has backends: exports wait on it while it is empty (a DNS
     /// resolver that has found nothing yet), rather than refusing and losing the data.
     backends_ready: watch::Sender<bool>,
@@ -159,6 +162,7 @@ fn unstarted(
         closed: AtomicBool::new(false),
         changing: Mutex::new(()),
         started: std::sync::Mutex::new(Vec::new()),
+        retired: std::sync::Mutex::new(DrainReport::default()),
         backends_ready: watch::channel(false).0,
         dns: std::sync::Mutex::new(None),
         local: Arc::new(LocalReceivers::default()),
@@ -659,7 +663,26 @@ impl LoadBalancer {
                 spans = rerouted,
             );
         }
+        self.retire(removing.into_iter().map(|(exporter, _)| exporter))
+            .await;
         Ok(true)
+    }
+
+    /// Stops removed backends' exporters, whose queues were reclaimed and whose consumers
+    /// have ended, and forgets them, so that backends coming and going (an autoscaler)
+    /// leave no exporter, task or queue-depth series behind. What they still count goes
+    /// to the shutdown report.
+    async fn retire(&self, removed: impl Iterator<Item = TracesExporter>) {
+        for exporter in removed {
+            self.started
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|started| started.id() != exporter.id());
+            let report = exporter.shutdown(Instant::now()).await;
+            let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            retired.delivered += report.delivered;
+            retired.dropped += report.dropped;
+        }
     }
 
     /// Refuses further exports, waits (until `deadline`) for those in progress, then
@@ -688,7 +711,8 @@ impl LoadBalancer {
             .into_iter()
             .map(|exporter| tokio::spawn(exporter.shutdown(deadline)))
             .collect();
-        let mut report = DrainReport::default();
+        let mut report =
+            std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
         for drain in drains {
             if let Ok(one) = drain.await {
                 report.delivered += one.delivered;

@@ -390,7 +390,8 @@ async fn routes_each_trace_to_its_owner() {
 /// its queue; B is then removed with `set_backends`.
 /// Guarantees: the change hands back the request B's consumer was retrying as well as the
 /// queued ones: A, the new owner, receives all three batches, every span exactly once;
-/// nothing is counted as dropped or failed.
+/// nothing is counted as dropped or failed; B's exporter is retired (its queue-depth series
+/// is gone).
 #[tokio::test]
 async fn removed_dead_backend_hands_back_its_request_in_flight() {
     let a = SinkState::open();
@@ -432,6 +433,15 @@ async fn removed_dead_backend_hands_back_its_request_in_flight() {
         lb.set_backends(std::slice::from_ref(&a_addr))
             .await
             .unwrap()
+    );
+    assert_eq!(
+        value(
+            &registry,
+            "otelcol_exporter_queue_size",
+            &[("exporter", &b_label)]
+        ),
+        None,
+        "B's exporter is retired: its queue is gone"
     );
     let report = exporter
         .clone()
