@@ -18,10 +18,10 @@
 //!
 //! A request refused before its body is read (too many in flight, a content type or
 //! `Content-Encoding` not taken, a declared length over the limit, no room in the memory
-//! budget; also 404 and 405) is answered at once, and its body is then read and dropped,
-//! bounded in bytes and time and without reserving memory, so that clients that write the
-//! whole body before reading (Python's `requests`, so the Python SDK) read the answer
-//! rather than a broken pipe (see `discard_unread`).
+//! budget; also 404 and 405) has its body read and dropped before it is answered, bounded
+//! in bytes and time and without reserving memory, so that clients that write the whole
+//! body before reading (Python's `requests`, so the Python SDK) read the answer rather
+//! than a broken pipe (see `discard_unread`).
 
 use std::io::Read;
 use std::time::Duration;
@@ -67,10 +67,10 @@ const INFLATE_STEP: usize = 64 * 1024;
 /// The first buffer for a body that declares no length.
 const UNDECLARED_BODY_START: usize = 64 * 1024;
 
-/// How long the body of an HTTP/1 request refused before reading is read and dropped, after
-/// the answer went out; see [`discard_unread`]. Long enough for a body of
-/// [`DISCARD_BYTES`] over a slow link, short enough that a client that stalls does not
-/// keep its connection long.
+/// How long the body of an HTTP/1 request refused before reading is read and dropped
+/// before the answer; see [`discard_unread`]. Long enough for a body of [`DISCARD_BYTES`]
+/// over a slow link, short enough that a client that stalls does not keep its connection
+/// long.
 const DISCARD_TIME: Duration = Duration::from_secs(10);
 
 /// How much of the body of an HTTP/1 request refused before reading is read and dropped
@@ -177,16 +177,16 @@ impl HttpReceiver {
         } else if path == self.config.logs_url_path {
             Some("logs")
         } else {
-            discard_unread(request, limit);
+            discard_unread(request, limit).await;
             return text(StatusCode::NOT_FOUND, "404 page not found\n");
         };
         if request.method() == Method::OPTIONS {
             let response = self.preflight(&request);
-            discard_unread(request, limit);
+            discard_unread(request, limit).await;
             return response;
         }
         if request.method() != Method::POST {
-            discard_unread(request, limit);
+            discard_unread(request, limit).await;
             return text(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "405 method not allowed, supported: [POST]\n",
@@ -206,13 +206,13 @@ impl HttpReceiver {
             } else {
                 self.traces.refuse(&error);
             }
-            discard_unread(request, limit);
+            discard_unread(request, limit).await;
             return error_response(&error, Encoding::Json);
         };
         let exported = if metrics {
             self.export(&self.metrics, request, encoding).await
         } else if let Some(signal) = signal {
-            discard_unread(request, limit);
+            discard_unread(request, limit).await;
             return error_response(&PipelineError::NoPipeline(signal), encoding);
         } else {
             self.export(&self.traces, request, encoding).await
@@ -232,9 +232,9 @@ impl HttpReceiver {
     /// Admits, reads, decodes and ingests one export request; every refusal is counted.
     ///
     /// What can be refused from the headers (requests in flight, `Content-Encoding`,
-    /// declared length, memory budget) is refused before the body is read, the body then
-    /// being read and dropped after the answer (see [`discard_unread`]): no memory is
-    /// reserved for it.
+    /// declared length, memory budget) is refused before the body is read, the body being
+    /// read and dropped before the answer (see [`discard_unread`]): no memory is reserved
+    /// for it.
     async fn export<I: Intake>(
         &self,
         intake: &I,
@@ -246,7 +246,7 @@ impl HttpReceiver {
             Ok(permit) => permit,
             Err(error) => {
                 intake.refuse_too_many();
-                discard_unread(request, limit);
+                discard_unread(request, limit).await;
                 return Err(error);
             }
         };
@@ -268,7 +268,7 @@ impl HttpReceiver {
         if let Some(error) = refused {
             intake.refuse(&error);
             drop(permit);
-            discard_unread(request, limit);
+            discard_unread(request, limit).await;
             return Err(error);
         }
         // Admission before the body is read: for what it may come to.
@@ -276,7 +276,7 @@ impl HttpReceiver {
             Ok(reservation) => reservation,
             Err(error) => {
                 drop(permit);
-                discard_unread(request, limit);
+                discard_unread(request, limit).await;
                 return Err(error);
             }
         };
@@ -347,24 +347,29 @@ fn declared_length(request: &http::Request<Incoming>) -> Option<usize> {
 }
 
 /// Reads the body of a request refused before its body was read, and drops it as it comes,
-/// in a task of its own, so that the answer goes out at once: at most
-/// `max(limit, DISCARD_BYTES)` bytes and for at most [`DISCARD_TIME`].
+/// before the refusal is answered: at most `max(limit, DISCARD_BYTES)` bytes and for at most
+/// [`DISCARD_TIME`].
 ///
 /// hyper closes an HTTP/1 connection whose request body is left unread, and a client still
 /// sending its body then gets a broken pipe or a reset connection instead of the answer
 /// (the unread bytes make the kernel reset it, which also discards the answer the client
 /// has not read yet). Clients that write the whole body before reading the answer (Python's
-/// `http.client` and `requests`, so the Python SDK) never see the refusal then. hyper
-/// writes the answer while the body is still read (HTTP/1 is full duplex here), and keeps
-/// the connection once the body has been read to its end. Reading costs no memory budget:
-/// each chunk is dropped as it comes, only hyper's read buffer is held.
+/// `http.client` and `requests`, so the Python SDK) never see the refusal then. Once the
+/// body has been read to its end the connection is kept, as after an accepted request.
+/// Reading costs no memory budget: each chunk is dropped as it comes, only hyper's read
+/// buffer is held.
+///
+/// The answer waits for the body rather than going out first while a task drains it:
+/// answered first, hyper's client left most of its connections open after it was dropped
+/// (38 of 64 in `tests/admission.rs`, idle on both sides), and the server's read buffers
+/// of those connections kept the memory limiter above its recovery point.
 ///
 /// Not read: HTTP/2 bodies (the stream alone is reset), bodies after `Expect:
 /// 100-continue` (the client has not sent the body and waits for the answer: reading
 /// would send `100 Continue` and invite it; hyper closes the connection after the answer
 /// instead), and bodies declared longer than the bound (they could not be read to their
 /// end anyway; the connection is closed at once).
-fn discard_unread(request: http::Request<Incoming>, limit: usize) {
+async fn discard_unread(request: http::Request<Incoming>, limit: usize) {
     let expects_continue = request
         .headers()
         .get(header::EXPECT)
@@ -377,18 +382,16 @@ fn discard_unread(request: http::Request<Incoming>, limit: usize) {
         return;
     }
     let mut body = request.into_body();
-    tokio::spawn(async move {
-        let mut seen = 0usize;
-        let _ = tokio::time::timeout(DISCARD_TIME, async {
-            while let Some(Ok(frame)) = body.frame().await {
-                seen = seen.saturating_add(frame.data_ref().map_or(0, Bytes::len));
-                if seen > bound {
-                    break;
-                }
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(DISCARD_TIME, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            seen = seen.saturating_add(frame.data_ref().map_or(0, Bytes::len));
+            if seen > bound {
+                break;
             }
-        })
-        .await;
-    });
+        }
+    })
+    .await;
 }
 
 /// Reads the body, at most `limit` bytes, into one buffer: of the declared length when
