@@ -16,6 +16,7 @@ TAILGATE_BIN="$PWD/target/debug/tailgate" ./scripts/check-deploy.sh
 
 echo "== test dependencies (Prometheus server for the remote-write tests, dnsmasq for the DNS resolver tests)"
 ./scripts/install-test-servers.sh
+./scripts/install-test-python.sh
 
 echo "== benches, once each (criterion's test mode)"
 cargo test --locked --bench otlp_wire --bench pipeline_paths

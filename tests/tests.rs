@@ -17,6 +17,7 @@ mod outage;
 mod overload;
 mod prometheus_e2e;
 mod pushback;
+mod python_sdk;
 mod remote_write;
 mod rw_outage;
 mod sampling;

@@ -15,6 +15,13 @@
 //! read into one buffer of that length; decompression grows the reservation as it goes and
 //! moves to a blocking thread once a body has produced 256 KiB, and JSON bodies over
 //! 256 KiB are transcoded there too, so no large body is decoded on the async workers.
+//!
+//! A request refused before its body is read (too many in flight, a content type or
+//! `Content-Encoding` not taken, a declared length over the limit, no room in the memory
+//! budget; also 404 and 405) has its body read and dropped before it is answered, bounded
+//! in bytes and time and without reserving memory, so that clients that write the whole
+//! body before reading (Python's `requests`, so the Python SDK) read the answer rather
+//! than a broken pipe (see `discard_unread`).
 
 use std::io::Read;
 use std::time::Duration;
@@ -60,9 +67,31 @@ const INFLATE_STEP: usize = 64 * 1024;
 /// The first buffer for a body that declares no length.
 const UNDECLARED_BODY_START: usize = 64 * 1024;
 
-/// How long the body of an HTTP/1 request refused before reading is read and dropped; see
-/// [`discard_unread`].
-const DISCARD_TIME: Duration = Duration::from_secs(2);
+/// How long the body of an HTTP/1 request refused before reading is read and dropped
+/// before the answer; see [`discard_unread`]. Long enough for a body of [`DISCARD_BYTES`]
+/// over a slow link, short enough that a client that stalls does not keep its connection
+/// long.
+const DISCARD_TIME: Duration = Duration::from_secs(10);
+
+/// How much of the body of an HTTP/1 request refused before reading is read and dropped
+/// at least (`max_request_body_size` when that is more), so that a body declared over the
+/// limit is still read to its end and its sender gets the 413.
+const DISCARD_BYTES: usize = 64 << 20;
+
+/// The `Content-Encoding`s [`Inflater::new`] decodes (lowercase); any other is refused
+/// from the headers, before the body is read.
+const SUPPORTED_ENCODINGS: &[&str] = &[
+    "",
+    "identity",
+    "gzip",
+    "x-gzip",
+    "deflate",
+    "zlib",
+    "zstd",
+    "x-snappy-framed",
+    "snappy",
+    "lz4",
+];
 
 /// The body encoding of a request, which is also the encoding of its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +168,7 @@ impl HttpReceiver {
     }
 
     async fn route(&self, request: http::Request<Incoming>) -> http::Response<FullBody> {
+        let limit = self.config.max_request_body_size;
         let path = request.uri().path();
         let signal = if path == self.config.traces_url_path {
             None
@@ -147,12 +177,16 @@ impl HttpReceiver {
         } else if path == self.config.logs_url_path {
             Some("logs")
         } else {
+            discard_unread(request, limit).await;
             return text(StatusCode::NOT_FOUND, "404 page not found\n");
         };
         if request.method() == Method::OPTIONS {
-            return self.preflight(&request);
+            let response = self.preflight(&request);
+            discard_unread(request, limit).await;
+            return response;
         }
         if request.method() != Method::POST {
+            discard_unread(request, limit).await;
             return text(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "405 method not allowed, supported: [POST]\n",
@@ -172,11 +206,13 @@ impl HttpReceiver {
             } else {
                 self.traces.refuse(&error);
             }
+            discard_unread(request, limit).await;
             return error_response(&error, Encoding::Json);
         };
         let exported = if metrics {
             self.export(&self.metrics, request, encoding).await
         } else if let Some(signal) = signal {
+            discard_unread(request, limit).await;
             return error_response(&PipelineError::NoPipeline(signal), encoding);
         } else {
             self.export(&self.traces, request, encoding).await
@@ -194,6 +230,11 @@ impl HttpReceiver {
     }
 
     /// Admits, reads, decodes and ingests one export request; every refusal is counted.
+    ///
+    /// What can be refused from the headers (requests in flight, `Content-Encoding`,
+    /// declared length, memory budget) is refused before the body is read, the body being
+    /// read and dropped before the answer (see [`discard_unread`]): no memory is reserved
+    /// for it.
     async fn export<I: Intake>(
         &self,
         intake: &I,
@@ -209,9 +250,22 @@ impl HttpReceiver {
                 return Err(error);
             }
         };
+        let content_encoding = request
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         let declared = declared_length(&request);
-        if declared.is_some_and(|declared| declared > limit) {
-            let error = PipelineError::TooLarge { limit };
+        let refused = if !SUPPORTED_ENCODINGS.contains(&content_encoding.as_str()) {
+            Some(PipelineError::UnsupportedEncoding(content_encoding.clone()))
+        } else if declared.is_some_and(|declared| declared > limit) {
+            Some(PipelineError::TooLarge { limit })
+        } else {
+            None
+        };
+        if let Some(error) = refused {
             intake.refuse(&error);
             drop(permit);
             discard_unread(request, limit).await;
@@ -226,13 +280,6 @@ impl HttpReceiver {
                 return Err(error);
             }
         };
-        let content_encoding = request
-            .headers()
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
         let decoded = async {
             let (body, reservation) =
                 read_body(request.into_body(), declared, limit, reservation).await?;
@@ -300,20 +347,38 @@ fn declared_length(request: &http::Request<Incoming>) -> Option<usize> {
 }
 
 /// Reads the body of a request refused before its body was read, and drops it as it comes,
-/// for at most `limit` bytes and [`DISCARD_TIME`].
+/// before the refusal is answered: at most `max(limit, DISCARD_BYTES)` bytes and for at most
+/// [`DISCARD_TIME`].
 ///
-/// hyper closes an HTTP/1 connection whose request body was left unread, and a client
-/// still sending a large body then sees a reset connection instead of the answer (the
-/// unread bytes make the kernel reset it). Reading the rest costs no memory, only the
-/// transfer, and lets the client get its retryable answer. Not needed for HTTP/2 (the
-/// stream alone is reset) nor after `Expect: 100-continue` (the client has not sent the
-/// body and waits for the answer).
+/// hyper closes an HTTP/1 connection whose request body is left unread, and a client still
+/// sending its body then gets a broken pipe or a reset connection instead of the answer
+/// (the unread bytes make the kernel reset it, which also discards the answer the client
+/// has not read yet). Clients that write the whole body before reading the answer (Python's
+/// `http.client` and `requests`, so the Python SDK) never see the refusal then. Once the
+/// body has been read to its end the connection is kept, as after an accepted request.
+/// Reading costs no memory budget: each chunk is dropped as it comes, only hyper's read
+/// buffer is held.
+///
+/// The answer waits for the body rather than going out first while a task drains it:
+/// answered first, hyper's client left most of its connections open after it was dropped
+/// (38 of 64 in `tests/admission.rs`, idle on both sides), and the server's read buffers
+/// of those connections kept the memory limiter above its recovery point.
+///
+/// Not read: HTTP/2 bodies (the stream alone is reset), bodies after `Expect:
+/// 100-continue` (the client has not sent the body and waits for the answer: reading
+/// would send `100 Continue` and invite it; hyper closes the connection after the answer
+/// instead), and bodies declared longer than the bound (they could not be read to their
+/// end anyway; the connection is closed at once).
 async fn discard_unread(request: http::Request<Incoming>, limit: usize) {
     let expects_continue = request
         .headers()
         .get(header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if request.version() >= http::Version::HTTP_2 || expects_continue {
+    let bound = limit.max(DISCARD_BYTES);
+    if request.version() >= http::Version::HTTP_2
+        || expects_continue
+        || declared_length(&request).is_some_and(|declared| declared > bound)
+    {
         return;
     }
     let mut body = request.into_body();
@@ -321,7 +386,7 @@ async fn discard_unread(request: http::Request<Incoming>, limit: usize) {
     let _ = tokio::time::timeout(DISCARD_TIME, async {
         while let Some(Ok(frame)) = body.frame().await {
             seen = seen.saturating_add(frame.data_ref().map_or(0, Bytes::len));
-            if seen > limit {
+            if seen > bound {
                 break;
             }
         }
@@ -698,6 +763,33 @@ mod tests {
             "https://app.example.com",
             "https://app.example.com.evil"
         ));
+    }
+
+    /// Scenario: every name in `SUPPORTED_ENCODINGS`, and names outside it, given to
+    /// `Inflater::new`.
+    /// Guarantees: the list checked from the headers is what the inflater decodes: no
+    /// listed name is refused as unsupported, and unlisted ones are.
+    #[test]
+    fn encodings_checked_from_headers_are_those_decoded() {
+        let body = Bytes::from(gzip(b"otlp"));
+        for name in SUPPORTED_ENCODINGS {
+            assert!(
+                !matches!(
+                    Inflater::new(name, &body, 100),
+                    Err(PipelineError::UnsupportedEncoding(_))
+                ),
+                "{name}"
+            );
+        }
+        for name in ["br", "compress", "gzip, br"] {
+            assert!(
+                matches!(
+                    Inflater::new(name, &body, 100),
+                    Err(PipelineError::UnsupportedEncoding(_))
+                ),
+                "{name}"
+            );
+        }
     }
 
     /// Decompresses in one go, without a memory limit.

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Creates the Python virtualenv the integration tests run the OpenTelemetry Python SDK from
+# (tests/python_sdk.rs): target/test-venv with pinned opentelemetry-sdk and
+# opentelemetry-exporter-otlp-proto-http from PyPI.
+#
+#   scripts/install-test-python.sh
+#
+# Idempotent: skips when the venv already holds exactly these pins. Installs Debian's
+# python3-venv first when `python3 -m venv` cannot work (runs as root on Debian, like
+# scripts/install-test-servers.sh).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="$ROOT/target/test-venv"
+REQUIREMENTS=(
+  "opentelemetry-sdk==1.45.2"
+  "opentelemetry-exporter-otlp-proto-http==1.45.2"
+)
+
+stamp="$VENV/.requirements"
+wanted="$(printf '%s\n' "${REQUIREMENTS[@]}")"
+if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$wanted" ]]; then
+  echo "test venv: $VENV ($("$VENV/bin/python" --version)) already has ${REQUIREMENTS[*]}"
+  exit 0
+fi
+
+if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+  echo "installing python3-venv (Debian package)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+fi
+
+echo "creating $VENV with: ${REQUIREMENTS[*]}"
+rm -rf "$VENV"
+mkdir -p "$ROOT/target"
+python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check "${REQUIREMENTS[@]}"
+printf '%s\n' "$wanted" >"$stamp"
+echo "test venv: $VENV ($("$VENV/bin/python" --version))"
