@@ -56,5 +56,14 @@ pub use self::core::metrics::{
     ExporterMetricFamilies, ExporterMetrics, FailureReason, RetryErrorType,
 };
 pub use self::core::segment::StoreError;
+
+/// Fuzzing entry point: the records a disk-queue segment file's bytes hold, as recovery
+/// finds them, `(offset, payload length, items)` in file order, and its damaged places,
+/// `(offset, reason)`. Recovery never fails on damage: it skips to the next whole, valid
+/// record.
+#[doc(hidden)]
+pub fn scan_segment(data: &[u8]) -> (Vec<(u64, u32, u32)>, Vec<(u64, &'static str)>) {
+    self::core::segment::scan(data)
+}
 pub use metrics_exporter::MetricsExporter;
 pub use otlp::{QueueStorage, SignalExporter, TracesExporter};
