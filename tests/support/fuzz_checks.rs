@@ -29,9 +29,12 @@ use tailgate::otlp::{
     metrics_json_to_protobuf, parse_traces_request, traces_json_to_protobuf,
 };
 
+/// A target's check: panics when `data` shows a property broken.
+pub type Check = fn(&[u8]);
+
 /// The fuzz targets, by name: the corpus directory `fuzz/corpus/<name>/` and the
 /// regression directory `fuzz/regressions/<name>/` of each are replayed through `check`.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Check)] = &[
     ("otlp_traces", check_otlp_traces),
     ("otlp_metrics", check_otlp_metrics),
     ("otlp_json", check_otlp_json),
@@ -284,45 +287,45 @@ where
 /// takes more than the reference (enum names, snake_case keys, `"NaN"` strings). Examples
 /// are kept in `fuzz/regressions/otlp_json/reference-*`.
 pub fn check_otlp_json(data: &[u8]) {
-    if let Ok(encoded) = traces_json_to_protobuf(data) {
-        if let Err(error) = parse_traces_request(&Bytes::from(encoded)) {
-            panic!("transcoded traces refused by the wire reader: {error}");
-        }
+    if let Ok(encoded) = traces_json_to_protobuf(data)
+        && let Err(error) = parse_traces_request(&Bytes::from(encoded))
+    {
+        panic!("transcoded traces refused by the wire reader: {error}");
     }
-    if let Ok(encoded) = metrics_json_to_protobuf(data) {
-        if let Err(error) = decode_metrics_request(&Bytes::from(encoded)) {
-            panic!("transcoded metrics refused by the metrics reader: {error}");
-        }
+    if let Ok(encoded) = metrics_json_to_protobuf(data)
+        && let Err(error) = decode_metrics_request(&Bytes::from(encoded))
+    {
+        panic!("transcoded metrics refused by the metrics reader: {error}");
     }
 
-    if let Some((json, want, request)) = reference_canonical::<ExportTraceServiceRequest>(data) {
-        if trace_ids_valid(&request) {
-            match traces_json_to_protobuf(&json) {
-                Ok(got) => assert!(
-                    got == want,
-                    "transcoded traces differ from the reference's request; its JSON: {}",
-                    String::from_utf8_lossy(&json)
-                ),
-                Err(error) => panic!(
-                    "transcoder refused the reference's traces JSON: {error}; {}",
-                    String::from_utf8_lossy(&json)
-                ),
-            }
+    if let Some((json, want, request)) = reference_canonical::<ExportTraceServiceRequest>(data)
+        && trace_ids_valid(&request)
+    {
+        match traces_json_to_protobuf(&json) {
+            Ok(got) => assert!(
+                got == want,
+                "transcoded traces differ from the reference's request; its JSON: {}",
+                String::from_utf8_lossy(&json)
+            ),
+            Err(error) => panic!(
+                "transcoder refused the reference's traces JSON: {error}; {}",
+                String::from_utf8_lossy(&json)
+            ),
         }
     }
-    if let Some((json, want, request)) = reference_canonical::<ExportMetricsServiceRequest>(data) {
-        if metric_ids_valid(&request) {
-            match metrics_json_to_protobuf(&json) {
-                Ok(got) => assert!(
-                    got == want,
-                    "transcoded metrics differ from the reference's request; its JSON: {}",
-                    String::from_utf8_lossy(&json)
-                ),
-                Err(error) => panic!(
-                    "transcoder refused the reference's metrics JSON: {error}; {}",
-                    String::from_utf8_lossy(&json)
-                ),
-            }
+    if let Some((json, want, request)) = reference_canonical::<ExportMetricsServiceRequest>(data)
+        && metric_ids_valid(&request)
+    {
+        match metrics_json_to_protobuf(&json) {
+            Ok(got) => assert!(
+                got == want,
+                "transcoded metrics differ from the reference's request; its JSON: {}",
+                String::from_utf8_lossy(&json)
+            ),
+            Err(error) => panic!(
+                "transcoder refused the reference's metrics JSON: {error}; {}",
+                String::from_utf8_lossy(&json)
+            ),
         }
     }
 }
