@@ -6,6 +6,7 @@ mod bad_input;
 mod cli;
 mod disk_queue;
 mod export_retry;
+mod fuzz_corpora;
 mod http_encodings;
 mod late_spans;
 mod loadbalancing;

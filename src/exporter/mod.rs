@@ -56,5 +56,18 @@ pub use self::core::metrics::{
     ExporterMetricFamilies, ExporterMetrics, FailureReason, RetryErrorType,
 };
 pub use self::core::segment::StoreError;
+
+/// What [`scan_segment`] finds in a segment file: its records, `(offset, payload length,
+/// items)` in file order, and its damaged places, `(offset, reason)`.
+#[doc(hidden)]
+pub type SegmentScan = (Vec<(u64, u32, u32)>, Vec<(u64, &'static str)>);
+
+/// Fuzzing entry point: the records a disk-queue segment file's bytes hold, as recovery
+/// finds them, and its damaged places. Recovery never fails on damage: it skips to the
+/// next whole, valid record.
+#[doc(hidden)]
+pub fn scan_segment(data: &[u8]) -> SegmentScan {
+    self::core::segment::scan(data)
+}
 pub use metrics_exporter::MetricsExporter;
 pub use otlp::{QueueStorage, SignalExporter, TracesExporter};

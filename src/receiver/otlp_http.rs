@@ -462,6 +462,32 @@ async fn inflate(
     .map_err(blocking_failed)?
 }
 
+/// Fuzzing entry point: undoes `content_encoding` on `body` as [`inflate`] does, the
+/// first `inline_budget` bytes of output in one step and the rest in a second, without a
+/// memory limit and on the calling thread. Returns the body itself when it is not encoded.
+///
+/// # Errors
+///
+/// As [`inflate`]: unsupported encoding, a body that does not decompress, or output larger
+/// than `limit` bytes.
+#[doc(hidden)]
+pub fn decompress_body(
+    content_encoding: &str,
+    body: Bytes,
+    limit: usize,
+    inline_budget: usize,
+) -> Result<Bytes, PipelineError> {
+    let mut reservation = Reservation::unlimited();
+    let Some(mut inflater) = Inflater::new(content_encoding, &body, limit)? else {
+        return Ok(body);
+    };
+    drop(body);
+    if !inflater.run(&mut reservation, inline_budget)? {
+        inflater.run(&mut reservation, usize::MAX)?;
+    }
+    inflater.finish(reservation).map(|(out, _)| out)
+}
+
 /// Transcodes an OTLP/JSON body to protobuf, on a blocking thread when it is larger than
 /// [`INLINE_JSON_BYTES`], with the reservation grown for what transcoding holds and then
 /// shrunk to the protobuf's size.

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod dns;
+pub mod fuzz_checks;
 pub mod metrics_sink;
 pub mod process;
 pub mod prometheus;

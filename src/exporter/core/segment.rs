@@ -682,7 +682,7 @@ type ScannedRecord = (u64, u32, u32);
 /// The records of a segment file's bytes, `(offset, len, items)`, and the damaged places,
 /// `(offset, reason)`. After damage, scanning resumes at the next offset where a whole,
 /// valid record starts.
-fn scan(data: &[u8]) -> (Vec<ScannedRecord>, Vec<(u64, &'static str)>) {
+pub(crate) fn scan(data: &[u8]) -> (Vec<ScannedRecord>, Vec<(u64, &'static str)>) {
     let mut records = Vec::new();
     let mut damaged = Vec::new();
     if !data.starts_with(SEGMENT_MAGIC) {
