@@ -19,7 +19,7 @@ echo "== test dependencies (Prometheus server for the remote-write tests, dnsmas
 ./scripts/install-test-python.sh
 
 echo "== benches, once each (criterion's test mode)"
-cargo test --locked --bench otlp_wire --bench pipeline_paths
+cargo test --locked --bench otlp_wire --bench pipeline_paths --bench segment_recovery
 
 echo "== cargo test"
 # Two test threads: the machine has two cores and the integration tests run servers.

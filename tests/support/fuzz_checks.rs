@@ -608,9 +608,20 @@ fn record_valid_at(data: &[u8], offset: usize, len: u32, items: u32) -> bool {
     end <= data.len() && data[offset..end] == encode_record(&data[offset + 16..end], items)[..]
 }
 
+/// Whether a whole, valid record starts at `offset` (its header read from `data`).
+fn valid_record_at(data: &[u8], offset: usize) -> bool {
+    let Some(header) = data.get(offset..offset + 16) else {
+        return false;
+    };
+    let len = u32::from_le_bytes(header[4..8].try_into().unwrap());
+    let items = u32::from_le_bytes(header[8..12].try_into().unwrap());
+    header[..4] == RECORD_MAGIC && record_valid_at(data, offset, len, items)
+}
+
 /// Input: a segment file's bytes, damaged or not. Recovery finds records in file order,
 /// never overlapping, each exactly a valid record; damage is reported at increasing
-/// offsets, none inside a record found. A file of whole records (written as the store
+/// offsets, none inside a record found, and after each the scan resumes at the first valid
+/// record. A file of whole records (written as the store
 /// writes them) scans to exactly those records with no damage, and after cutting it
 /// anywhere, to the records that are still whole.
 pub fn check_segment(data: &[u8]) {
@@ -640,6 +651,24 @@ pub fn check_segment(data: &[u8]) {
         assert!(
             records.is_empty(),
             "records found in a file without the header"
+        );
+    }
+    // After each damaged place, scanning resumes at the first valid record after it: that
+    // record is what the scan reports next, and when there is none, nothing follows. (A
+    // file without the segment header is all damage: nothing in it is read.)
+    for &(at, _) in damaged.iter().filter(|_| data.starts_with(SEGMENT_MAGIC)) {
+        let at = usize::try_from(at).unwrap();
+        let first_valid = (at + 1..data.len()).find(|&o| valid_record_at(data, o));
+        let next_record = records.iter().map(|&(o, _, _)| o).find(|&o| o > at as u64);
+        let next_damage = damaged.iter().map(|&(d, _)| d).find(|&d| d > at as u64);
+        let next_found = match (next_record, next_damage) {
+            (Some(record), Some(damage)) if damage < record => None,
+            (record, _) => record,
+        };
+        assert_eq!(
+            (next_found, next_damage.filter(|_| first_valid.is_none())),
+            (first_valid.map(|o| o as u64), None),
+            "scan did not resume at the first valid record after damage at {at}"
         );
     }
 

@@ -19,6 +19,7 @@
 //! | file | job |
 //! |---|---|
 //! | `segment.rs` | the persistent queue's file format |
+//! | `crc_ranges.rs` | CRC-32 of many ranges of one buffer in one pass (segment recovery after damage) |
 //! | `metrics.rs` | self-metrics families and handles |
 //! | `error.rs` | [`ExporterError`](error::ExporterError), [`ExportError`](error::ExportError), [`DrainReport`](error::DrainReport) |
 //! | `outcome.rs` | what one attempt, one delivery and one item's settlement came to |
@@ -33,6 +34,7 @@
 //! | `inline.rs` | the queue-less mode: delivery in the caller's task |
 //! | `disk_queue.rs` | the persistent sending queue |
 
+pub(crate) mod crc_ranges;
 pub(crate) mod deliver;
 pub(crate) mod disk_queue;
 pub(crate) mod error;

@@ -45,6 +45,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use super::crc_ranges::crcs_with_prefix;
+
 /// The first bytes of every segment file.
 const SEGMENT_MAGIC: &[u8; 8] = b"TGQSEG1\n";
 /// The first bytes of every record.
@@ -682,6 +684,10 @@ type ScannedRecord = (u64, u32, u32);
 /// The records of a segment file's bytes, `(offset, len, items)`, and the damaged places,
 /// `(offset, reason)`. After damage, scanning resumes at the next offset where a whole,
 /// valid record starts.
+///
+/// Time is linear in the file's length plus `c log c` for the `c` places after the first
+/// damage that look like a record (magic and a length within the file), whatever the
+/// bytes: see [`valid_record_starts`].
 pub(crate) fn scan(data: &[u8]) -> (Vec<ScannedRecord>, Vec<(u64, &'static str)>) {
     let mut records = Vec::new();
     let mut damaged = Vec::new();
@@ -691,7 +697,8 @@ pub(crate) fn scan(data: &[u8]) -> (Vec<ScannedRecord>, Vec<(u64, &'static str)>
         }
         return (records, damaged);
     }
-    let magic = RECORD_MAGIC.to_le_bytes();
+    // Found at the first damage, for the rest of the file.
+    let mut resync_points: Option<Vec<usize>> = None;
     let mut at = SEGMENT_MAGIC.len();
     while at < data.len() {
         match parse_at(data, at) {
@@ -701,16 +708,56 @@ pub(crate) fn scan(data: &[u8]) -> (Vec<ScannedRecord>, Vec<(u64, &'static str)>
             }
             Err(reason) => {
                 damaged.push((at as u64, reason));
-                let next = (at + 1..data.len().saturating_sub(3))
-                    .find(|&o| data[o..o + 4] == magic && parse_at(data, o).is_ok());
-                match next {
-                    Some(next) => at = next,
+                let points = resync_points.get_or_insert_with(|| valid_record_starts(data, at + 1));
+                match points.get(points.partition_point(|&point| point <= at)) {
+                    Some(&next) => at = next,
                     None => break,
                 }
             }
         }
     }
     (records, damaged)
+}
+
+/// Every offset at or after `from` where a whole, valid record starts (what [`parse_at`]
+/// accepts), in order.
+///
+/// The records found may overlap (a record's payload can hold bytes that form another);
+/// the caller picks the first after each damaged place. Checking each candidate's CRC over
+/// the length it claims would cost time quadratic in the file's length on crafted
+/// payloads, so the CRCs come from one pass over the file ([`crcs_with_prefix`]).
+fn valid_record_starts(data: &[u8], from: usize) -> Vec<usize> {
+    let magic = RECORD_MAGIC.to_le_bytes();
+    let header = RECORD_HEADER as usize;
+    let mut candidates = Vec::new();
+    let mut checks = Vec::new();
+    // `find_iter` yields non-overlapping matches, which is every match: no proper suffix
+    // of the magic ("RTGQ") is a prefix of it.
+    let searched = data.get(from..).unwrap_or_default();
+    for offset in memchr::memmem::find_iter(searched, &magic).map(|found| from + found) {
+        if data.len() - offset < header {
+            break;
+        }
+        let (Some(len), Some(crc)) = (le_u32(data, offset + 4), le_u32(data, offset + 12)) else {
+            continue;
+        };
+        let start = offset + header;
+        let Some(end) = start
+            .checked_add(len as usize)
+            .filter(|&end| end <= data.len())
+        else {
+            continue;
+        };
+        // The checksum covers `len` and `items`, then the payload.
+        candidates.push((offset, crc));
+        checks.push((crc32fast::hash(&data[offset + 4..offset + 12]), start..end));
+    }
+    crcs_with_prefix(data, &checks)
+        .into_iter()
+        .zip(candidates)
+        .filter(|&(computed, (_, stored))| computed == stored)
+        .map(|(_, (offset, _))| offset)
+        .collect()
 }
 
 /// Reads `record` from `path` and checks it.
@@ -1057,5 +1104,139 @@ mod tests {
         let (_, recovered) = Store::open(dir.path(), options()).unwrap();
         assert_eq!(recovered.records, 4);
         assert_eq!(recovered.corrupt.len(), 1);
+    }
+
+    /// The scan as it was before [`valid_record_starts`]: after damage, the first later
+    /// offset where [`parse_at`] accepts a record, each checked over its whole length.
+    fn naive_scan(data: &[u8]) -> (Vec<ScannedRecord>, Vec<(u64, &'static str)>) {
+        let (mut records, mut damaged) = (Vec::new(), Vec::new());
+        if !data.starts_with(SEGMENT_MAGIC) {
+            return scan(data);
+        }
+        let mut at = SEGMENT_MAGIC.len();
+        while at < data.len() {
+            match parse_at(data, at) {
+                Ok((len, items)) => {
+                    records.push((at as u64, len, items));
+                    at += RECORD_HEADER as usize + len as usize;
+                }
+                Err(reason) => {
+                    damaged.push((at as u64, reason));
+                    match (at + 1..data.len()).find(|&o| parse_at(data, o).is_ok()) {
+                        Some(next) => at = next,
+                        None => break,
+                    }
+                }
+            }
+        }
+        (records, damaged)
+    }
+
+    /// A record as [`Store::append`] writes it.
+    fn encoded(payload: &[u8], items: u32) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut record = Vec::with_capacity(RECORD_HEADER as usize + payload.len());
+        for field in [RECORD_MAGIC, len, items, checksum(len, items, payload)] {
+            record.extend_from_slice(&field.to_le_bytes());
+        }
+        record.extend_from_slice(payload);
+        record
+    }
+
+    /// A segment made to be slow to recover by checking each candidate over its length: the
+    /// header, a damaged record (16 zero bytes), `pairs` 8-byte pairs of record magic and a
+    /// length reaching the end of the file, then one valid record of `tail` bytes, which
+    /// recovery must find after rejecting every pair.
+    fn crafted(pairs: usize, tail: usize) -> Vec<u8> {
+        let record = encoded(&vec![7u8; tail], 3);
+        let mut data = SEGMENT_MAGIC.to_vec();
+        data.extend_from_slice(&[0u8; 16]);
+        let end = data.len() + pairs * 8 + record.len();
+        for pair in 0..pairs {
+            let start = data.len() + RECORD_HEADER as usize;
+            data.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+            let len = (end - start) as u32;
+            debug_assert!(pair < pairs);
+            data.extend_from_slice(&len.to_le_bytes());
+        }
+        data.extend_from_slice(&record);
+        data
+    }
+
+    /// Scenario: the crafted segment of [`crafted`] at 2 MiB (262,143 candidates reaching
+    /// the end of the file; checking each over its length hashes about 256 GiB).
+    /// Guarantees: recovery reports the damage once and finds the valid record at the end,
+    /// as the check of each candidate over its length would, and returns (a quadratic
+    /// search does not finish within the test run's time).
+    #[test]
+    fn crafted_candidates_do_not_make_recovery_quadratic() {
+        let pairs = (2 << 20) / 8;
+        let data = crafted(pairs, 100);
+        let (records, damaged) = scan(&data);
+        let last = (data.len() - RECORD_HEADER as usize - 100) as u64;
+        assert_eq!(records, vec![(last, 100, 3)]);
+        assert_eq!(
+            damaged,
+            vec![(SEGMENT_MAGIC.len() as u64, "bad record magic")]
+        );
+    }
+
+    /// Scenario: small crafted segments (candidates reaching the end of the file), and
+    /// segments of real records with damage of every kind at pseudo-random places: flipped
+    /// bytes, overwritten lengths, cuts, record magic planted in payloads, records copied
+    /// into payloads.
+    /// Guarantees: the scan finds exactly the records and damage the check of each
+    /// candidate over its length finds.
+    #[test]
+    fn resynchronizes_where_the_naive_search_does() {
+        for pairs in [0, 1, 2, 7, 64] {
+            for tail in [0, 1, 40] {
+                let data = crafted(pairs, tail);
+                assert_eq!(scan(&data), naive_scan(&data), "pairs {pairs}, tail {tail}");
+            }
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..400 {
+            let mut data = SEGMENT_MAGIC.to_vec();
+            for i in 0..(next() % 12) {
+                let mut payload = payload(i as u32);
+                payload.resize((next() % 80) as usize, (i % 251) as u8);
+                if next() % 4 == 0 && payload.len() >= 24 {
+                    // A whole record inside this payload.
+                    let inner = encoded(&payload[..8], 1);
+                    let at =
+                        (next() as usize) % (payload.len() - inner.len().min(payload.len()) + 1);
+                    let fit = inner.len().min(payload.len() - at);
+                    payload[at..at + fit].copy_from_slice(&inner[..fit]);
+                }
+                data.extend_from_slice(&encoded(&payload, i as u32));
+            }
+            for _ in 0..(next() % 4) {
+                if data.len() <= SEGMENT_MAGIC.len() {
+                    break;
+                }
+                let at =
+                    SEGMENT_MAGIC.len() + (next() as usize) % (data.len() - SEGMENT_MAGIC.len());
+                match next() % 4 {
+                    0 => data[at] ^= 1 << (next() % 8),
+                    1 => data.truncate(at),
+                    2 if at + 4 <= data.len() => {
+                        data[at..at + 4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+                    }
+                    _ if at + 8 <= data.len() => {
+                        let len = (next() % 200) as u32;
+                        data[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
+                    }
+                    _ => {}
+                }
+            }
+            assert_eq!(scan(&data), naive_scan(&data), "round {round}");
+        }
     }
 }
