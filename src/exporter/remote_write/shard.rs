@@ -95,7 +95,8 @@ pub(crate) fn group(
     let shards = shards.max(1);
     let mut groups: Vec<ShardBatch> = (0..shards).map(|_| ShardBatch::default()).collect();
     for series in translated.series {
-        let shard = shard_of(&series.series, shards);
+        // A hash of the labels: one series always goes to the same shard.
+        let shard = (series.label_hash % shards as u64) as usize;
         groups[shard].push(series);
     }
     if v2 {
@@ -198,16 +199,6 @@ pub(crate) fn held_bytes(series: &[Series], metadata: &[MetricMetadata]) -> usiz
     series_bytes + metadata_bytes
 }
 
-/// The shard of a series: a hash of its labels (stable for the process's life).
-fn shard_of(series: &TimeSeries, shards: usize) -> usize {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    for label in &series.labels {
-        label.name.hash(&mut hasher);
-        label.value.hash(&mut hasher);
-    }
-    (hasher.finish() % shards as u64) as usize
-}
-
 /// The value of a series' `__name__` label (`""` when it has none).
 fn series_name(series: &TimeSeries) -> &str {
     series
@@ -227,6 +218,7 @@ fn hash_str(s: &str) -> usize {
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::super::proto::prompb::Sample;
+    use super::super::translate::label_hash;
     use super::*;
 
     fn series(name: &str, k: &str, samples: usize) -> Series {
@@ -251,6 +243,7 @@ mod tests {
                 ..Default::default()
             },
             points: samples,
+            label_hash: label_hash([("__name__", name), ("k", k)]),
         }
     }
 

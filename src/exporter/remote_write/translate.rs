@@ -22,7 +22,9 @@
 //! merged and sorted by timestamp (milliseconds), duplicates keeping the last value, because
 //! a receiver silently drops out-of-order samples inside one request.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
@@ -107,6 +109,19 @@ pub struct Series {
     pub series: TimeSeries,
     /// Data points accounted for.
     pub points: usize,
+    /// [`label_hash`] of `series.labels`: series are looked up and sharded by it.
+    pub label_hash: u64,
+}
+
+/// A hash of a series' labels, `(name, value)` in order: the same for the same labels for
+/// the process's life (and across processes of one build), so that a series always goes
+/// to the same shard.
+pub fn label_hash<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)>) -> u64 {
+    let mut hasher = foldhash::fast::FixedState::default().build_hasher();
+    for label in labels {
+        label.hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// The result of translating one request.
@@ -139,41 +154,50 @@ pub fn translate(request: &ExportMetricsServiceRequest, options: &Options) -> Tr
 /// Series under construction, merged by label set.
 #[derive(Default)]
 struct Builder {
-    index: HashMap<Vec<(String, String)>, usize>,
+    /// A hash of a label set → the last series made with that hash; `chain[i]` is the
+    /// series made before series `i` with the same hash.
+    index: HashMap<u64, usize>,
+    chain: Vec<Option<usize>>,
     series: Vec<Series>,
     metadata: BTreeMap<String, MetricMetadata>,
     dropped: [usize; 2],
 }
 
 impl Builder {
-    fn entry(&mut self, labels: BTreeMap<String, String>) -> &mut Series {
-        let key: Vec<(String, String)> = labels.into_iter().collect();
-        let next = self.series.len();
-        let i = match self.index.get(&key) {
-            Some(&i) => i,
-            None => {
-                let labels = key
-                    .iter()
-                    .map(|(name, value)| Label {
-                        name: name.clone(),
-                        value: value.clone(),
-                    })
-                    .collect();
-                self.series.push(Series {
-                    series: TimeSeries {
-                        labels,
-                        ..TimeSeries::default()
-                    },
-                    points: 0,
-                });
-                self.index.insert(key, next);
-                next
+    /// The series of `labels`, made (its label strings copied) only when it is new.
+    fn entry(&mut self, labels: LabelSet<'_>) -> &mut Series {
+        let hash = label_hash(labels.iter());
+        let mut candidate = self.index.get(&hash).copied();
+        while let Some(i) = candidate {
+            let existing = &self.series[i].series.labels;
+            if existing
+                .iter()
+                .map(|label| (label.name.as_str(), label.value.as_str()))
+                .eq(labels.iter())
+            {
+                return &mut self.series[i];
             }
-        };
-        &mut self.series[i]
+            candidate = self.chain[i];
+        }
+        let next = self.series.len();
+        let mut owned = Vec::with_capacity(labels.base.len() + labels.extra.len());
+        owned.extend(labels.iter().map(|(name, value)| Label {
+            name: name.to_owned(),
+            value: value.to_owned(),
+        }));
+        self.series.push(Series {
+            series: TimeSeries {
+                labels: owned,
+                ..TimeSeries::default()
+            },
+            points: 0,
+            label_hash: hash,
+        });
+        self.chain.push(self.index.insert(hash, next));
+        &mut self.series[next]
     }
 
-    fn sample(&mut self, labels: BTreeMap<String, String>, sample: Sample, points: usize) {
+    fn sample(&mut self, labels: LabelSet<'_>, sample: Sample, points: usize) {
         let entry = self.entry(labels);
         entry.series.samples.push(sample);
         entry.points += points;
@@ -196,6 +220,61 @@ impl Builder {
             metadata: self.metadata.into_values().collect(),
             dropped: self.dropped,
         }
+    }
+}
+
+/// The labels of one series, borrowed: `base` (sorted by name, unique) with `extra` (sorted
+/// by name, unique) merged in, an extra label replacing the base label of the same name.
+/// The series of one data point share their base labels and differ in `__name__` and
+/// `le` or `quantile`, so a series is looked up without copying a string.
+#[derive(Clone, Copy)]
+struct LabelSet<'a> {
+    base: &'a [(String, String)],
+    extra: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> LabelSet<'a> {
+    fn new(base: &'a [(String, String)], extra: &'a [(&'a str, &'a str)]) -> Self {
+        debug_assert!(extra.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        Self { base, extra }
+    }
+
+    /// The labels in name order.
+    fn iter(self) -> MergedLabels<'a> {
+        MergedLabels {
+            base: self.base,
+            extra: self.extra,
+        }
+    }
+}
+
+/// The iterator of [`LabelSet::iter`].
+struct MergedLabels<'a> {
+    base: &'a [(String, String)],
+    extra: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> Iterator for MergedLabels<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let order = match (self.base.first(), self.extra.first()) {
+            (None, None) => return None,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((name, _)), Some((extra, _))) => name.as_str().cmp(extra),
+        };
+        if order == Ordering::Less {
+            let (name, value) = &self.base[0];
+            self.base = &self.base[1..];
+            return Some((name, value));
+        }
+        if order == Ordering::Equal {
+            self.base = &self.base[1..];
+        }
+        let label = self.extra[0];
+        self.extra = &self.extra[1..];
+        Some(label)
     }
 }
 
@@ -304,6 +383,7 @@ fn translate_resource(rm: &ResourceMetrics, options: &Options, out: &mut Builder
                 format!("{}_target_info", clean_namespace(&options.namespace))
             };
             labels.insert("__name__".to_owned(), name.clone());
+            let labels: Vec<(String, String)> = labels.into_iter().collect();
             if options.send_metadata {
                 out.metadata.entry(name.clone()).or_insert(MetricMetadata {
                     r#type: MetricType::Gauge as i32,
@@ -313,7 +393,7 @@ fn translate_resource(rm: &ResourceMetrics, options: &Options, out: &mut Builder
                 });
             }
             out.sample(
-                labels,
+                LabelSet::new(&labels, &[]),
                 Sample {
                     value: 1.0,
                     timestamp,
@@ -459,8 +539,8 @@ impl ScopeContext<'_> {
         latest
     }
 
-    /// The labels of one data point, without `__name__`.
-    fn labels(&self, attributes: &[KeyValue]) -> BTreeMap<String, String> {
+    /// The labels of one data point, without `__name__`, sorted by name.
+    fn labels(&self, attributes: &[KeyValue]) -> Vec<(String, String)> {
         let mut labels = attribute_labels(attributes);
         add_absent(&mut labels, &self.resource.promoted);
         set_identity(&mut labels, self.resource);
@@ -468,7 +548,7 @@ impl ScopeContext<'_> {
         for (name, value) in &self.labels {
             labels.insert(name.clone(), value.clone());
         }
-        labels
+        labels.into_iter().collect()
     }
 
     fn number(
@@ -488,9 +568,8 @@ impl ScopeContext<'_> {
             }
         };
         let timestamp = millis(p.time_unix_nano);
-        let mut labels = self.labels(&p.attributes);
-        labels.insert("__name__".to_owned(), name.to_owned());
-        let entry = out.entry(labels);
+        let base = self.labels(&p.attributes);
+        let entry = out.entry(LabelSet::new(&base, &[("__name__", name)]));
         entry.series.samples.push(Sample { value, timestamp });
         entry.points += 1;
         if exemplars {
@@ -507,17 +586,10 @@ impl ScopeContext<'_> {
         let stale = p.flags & FLAG_NO_RECORDED_VALUE != 0;
         let value = |v: f64| if stale { stale_nan() } else { v };
         let base = self.labels(&p.attributes);
-        let with = |suffix: &str, extra: Option<(&str, String)>| {
-            let mut labels = base.clone();
-            labels.insert("__name__".to_owned(), format!("{name}{suffix}"));
-            if let Some((k, v)) = extra {
-                labels.insert(k.to_owned(), v);
-            }
-            labels
-        };
+        let (count_name, bucket_name) = (format!("{name}_count"), format!("{name}_bucket"));
         // The data point is accounted for by its `_count` series.
         out.sample(
-            with("_count", None),
+            LabelSet::new(&base, &[("__name__", &count_name)]),
             Sample {
                 value: value(p.count as f64),
                 timestamp,
@@ -526,7 +598,7 @@ impl ScopeContext<'_> {
         );
         if let Some(sum) = p.sum {
             out.sample(
-                with("_sum", None),
+                LabelSet::new(&base, &[("__name__", &format!("{name}_sum"))]),
                 Sample {
                     value: value(sum),
                     timestamp,
@@ -546,20 +618,29 @@ impl ScopeContext<'_> {
         for (i, bound) in p.explicit_bounds.iter().enumerate() {
             // Fewer counts than bounds + 1 is malformed; missing counts read as 0.
             cumulative = cumulative.saturating_add(p.bucket_counts.get(i).copied().unwrap_or(0));
-            let entry = out.entry(with("_bucket", Some(("le", format_float(*bound)))));
+            let le = format_float(*bound);
+            let entry = out.entry(LabelSet::new(
+                &base,
+                &[("__name__", &bucket_name), ("le", &le)],
+            ));
             entry.series.samples.push(Sample {
                 value: value(cumulative as f64),
                 timestamp,
             });
-            let (mine, rest): (Vec<_>, Vec<_>) =
-                exemplars.into_iter().partition(|(v, _)| v <= bound);
-            entry
-                .series
-                .exemplars
-                .extend(mine.into_iter().map(|(_, e)| e));
-            exemplars = rest;
+            if !exemplars.is_empty() {
+                let (mine, rest): (Vec<_>, Vec<_>) =
+                    exemplars.into_iter().partition(|(v, _)| v <= bound);
+                entry
+                    .series
+                    .exemplars
+                    .extend(mine.into_iter().map(|(_, e)| e));
+                exemplars = rest;
+            }
         }
-        let entry = out.entry(with("_bucket", Some(("le", "+Inf".to_owned()))));
+        let entry = out.entry(LabelSet::new(
+            &base,
+            &[("__name__", &bucket_name), ("le", "+Inf")],
+        ));
         entry.series.samples.push(Sample {
             value: value(p.count as f64),
             timestamp,
@@ -576,16 +657,8 @@ impl ScopeContext<'_> {
         let stale = p.flags & FLAG_NO_RECORDED_VALUE != 0;
         let value = |v: f64| if stale { stale_nan() } else { v };
         let base = self.labels(&p.attributes);
-        let with = |name: String, extra: Option<String>| {
-            let mut labels = base.clone();
-            labels.insert("__name__".to_owned(), name);
-            if let Some(q) = extra {
-                labels.insert("quantile".to_owned(), q);
-            }
-            labels
-        };
         out.sample(
-            with(format!("{name}_count"), None),
+            LabelSet::new(&base, &[("__name__", &format!("{name}_count"))]),
             Sample {
                 value: value(p.count as f64),
                 timestamp,
@@ -593,7 +666,7 @@ impl ScopeContext<'_> {
             1,
         );
         out.sample(
-            with(format!("{name}_sum"), None),
+            LabelSet::new(&base, &[("__name__", &format!("{name}_sum"))]),
             Sample {
                 value: value(p.sum),
                 timestamp,
@@ -602,7 +675,10 @@ impl ScopeContext<'_> {
         );
         for q in &p.quantile_values {
             out.sample(
-                with(name.to_owned(), Some(format_float(q.quantile))),
+                LabelSet::new(
+                    &base,
+                    &[("__name__", name), ("quantile", &format_float(q.quantile))],
+                ),
                 Sample {
                     value: value(q.value),
                     timestamp,
@@ -624,9 +700,8 @@ impl ScopeContext<'_> {
             return None;
         };
         let timestamp = histogram.timestamp;
-        let mut labels = self.labels(&p.attributes);
-        labels.insert("__name__".to_owned(), name.to_owned());
-        let entry = out.entry(labels);
+        let base = self.labels(&p.attributes);
+        let entry = out.entry(LabelSet::new(&base, &[("__name__", name)]));
         entry.series.histograms.push(histogram);
         entry
             .series
