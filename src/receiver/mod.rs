@@ -20,6 +20,7 @@ mod in_flight;
 mod metrics;
 pub mod otlp_grpc;
 pub mod otlp_http;
+pub mod tls;
 
 pub use metrics::{ReceiverMetricFamilies, ReceiverMetrics, Transport};
 
