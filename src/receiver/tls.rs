@@ -470,3 +470,163 @@ impl tokio_stream::Stream for TlsIncoming {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose,
+    };
+
+    use super::*;
+    use crate::config::TlsVersion;
+
+    /// A CA and a server certificate (with its key) for `localhost`, both PEM.
+    fn pair(serial: u64) -> (String, String) {
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("ca");
+        let mut leaf = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+        leaf.serial_number = Some(serial.into());
+        let key = KeyPair::generate().expect("key");
+        let cert = leaf.signed_by(&key, &ca).expect("leaf");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn settings(dir: &Path) -> TlsServerConfig {
+        TlsServerConfig {
+            cert_file: dir.join("tls.crt"),
+            key_file: dir.join("tls.key"),
+            client_ca_file: None,
+            min_version: TlsVersion::Tls12,
+            max_version: None,
+            reload_interval: Some(Duration::from_secs(1)),
+        }
+    }
+
+    fn metrics(registry: &Registry) -> TlsMetrics {
+        let id = ComponentId {
+            written: "otlp".into(),
+            kind: "otlp".into(),
+            name: None,
+        };
+        TlsMetricFamilies::register(registry)
+            .expect("fresh registry")
+            .for_receiver(&id, Transport::Grpc)
+    }
+
+    fn reloads(registry: &Registry, result: &str) -> u64 {
+        registry
+            .gather()
+            .iter()
+            .filter(|family| family.name() == "tailgate_receiver_tls_reloads_total")
+            .flat_map(|family| family.get_metric())
+            .filter(|metric| {
+                metric
+                    .get_label()
+                    .iter()
+                    .any(|label| label.name() == "result" && label.value() == result)
+            })
+            .map(|metric| metric.get_counter().get_value() as u64)
+            .sum()
+    }
+
+    /// Scenario: a server started on pair A; reload checks with the files unchanged, with
+    /// half of certificate B written, the same broken content again, all of certificate B
+    /// beside key A, then key B.
+    /// Guarantees: unchanged files do nothing; each broken change is a counted failure
+    /// that keeps pair A in use, counted once however often it is seen; the matching pair
+    /// B is put in use and counted as a success.
+    #[tokio::test]
+    async fn reloads_only_a_changed_pair_that_loads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = settings(dir.path());
+        let (cert_a, key_a) = pair(1);
+        let (cert_b, key_b) = pair(2);
+        std::fs::write(&settings.cert_file, &cert_a).expect("write");
+        std::fs::write(&settings.key_file, &key_a).expect("write");
+        let registry = Registry::new();
+        let tls = ServerTls::start(&settings, Alpn::H2, metrics(&registry)).expect("loads");
+        let in_use = tls.current();
+        let alpn: Vec<Vec<u8>> = vec![b"h2".to_vec()];
+        assert_eq!(in_use.alpn_protocols, alpn);
+
+        assert_eq!(tls.reload().await, Reload::Unchanged);
+        std::fs::write(&settings.cert_file, &cert_b[..cert_b.len() / 2]).expect("write");
+        assert_eq!(tls.reload().await, Reload::Failed);
+        assert_eq!(
+            tls.reload().await,
+            Reload::Unchanged,
+            "the same broken file"
+        );
+        std::fs::write(&settings.cert_file, &cert_b).expect("write");
+        assert_eq!(tls.reload().await, Reload::Failed, "key A does not match B");
+        assert!(Arc::ptr_eq(&in_use, &tls.current()), "pair A stays in use");
+        assert_eq!(reloads(&registry, "failure"), 2);
+        assert_eq!(reloads(&registry, "success"), 0);
+
+        std::fs::write(&settings.key_file, &key_b).expect("write");
+        assert_eq!(tls.reload().await, Reload::Reloaded);
+        assert!(!Arc::ptr_eq(&in_use, &tls.current()));
+        assert_eq!(tls.current().alpn_protocols, alpn, "ALPN kept");
+        assert_eq!(reloads(&registry, "success"), 1);
+        assert_eq!(reloads(&registry, "failure"), 2);
+        assert_eq!(tls.reload().await, Reload::Unchanged);
+    }
+
+    /// Scenario: accept errors as tokio-rustls reports them: rustls errors wrapped in an
+    /// `io::Error`, and a plain I/O error.
+    /// Guarantees: each maps to its reason, plaintext bytes (an invalid record type) to
+    /// `not_tls`, an I/O error to `closed`, anything else to `other`.
+    #[test]
+    fn handshake_failures_are_classified() {
+        let wrap = |error: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, error);
+        let cases = [
+            (
+                wrap(rustls::Error::InvalidMessage(
+                    rustls::InvalidMessage::InvalidContentType,
+                )),
+                HandshakeFailure::NotTls,
+            ),
+            (
+                wrap(rustls::Error::NoCertificatesPresented),
+                HandshakeFailure::NoClientCertificate,
+            ),
+            (
+                wrap(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::UnknownIssuer,
+                )),
+                HandshakeFailure::BadClientCertificate,
+            ),
+            (
+                wrap(rustls::Error::AlertReceived(
+                    rustls::AlertDescription::UnknownCA,
+                )),
+                HandshakeFailure::PeerRejected,
+            ),
+            (
+                wrap(rustls::Error::PeerIncompatible(
+                    rustls::PeerIncompatible::Tls12NotOffered,
+                )),
+                HandshakeFailure::Incompatible,
+            ),
+            (wrap(rustls::Error::DecryptError), HandshakeFailure::Other),
+            (
+                io::Error::from(io::ErrorKind::UnexpectedEof),
+                HandshakeFailure::Closed,
+            ),
+        ];
+        for (error, reason) in cases {
+            assert_eq!(HandshakeFailure::of(&error), reason, "{error}");
+        }
+        let labels: std::collections::BTreeSet<_> =
+            HandshakeFailure::ALL.iter().map(|f| f.label()).collect();
+        assert_eq!(
+            labels.len(),
+            HandshakeFailure::ALL.len(),
+            "labels are distinct"
+        );
+    }
+}
