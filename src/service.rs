@@ -139,6 +139,33 @@ impl Gateway {
                 http_listeners.push((id.clone(), http.clone(), listener));
             }
         }
+        let tls_families = TlsMetricFamilies::register(&registry)?;
+        // The receivers' TLS files, loaded before anything starts (as ports are bound), so
+        // a file changed since validation fails the start and leaves nothing running.
+        let server_tls = |id: &ComponentId, tls: &Option<TlsServerConfig>, transport| {
+            let (protocol, alpn) = match transport {
+                Transport::Grpc => ("grpc", Alpn::H2),
+                Transport::Http => ("http", Alpn::H2AndHttp1),
+            };
+            tls.as_ref()
+                .map(|tls| ServerTls::start(tls, alpn, tls_families.for_receiver(id, transport)))
+                .transpose()
+                .map_err(|source| StartError::Tls {
+                    receiver: id.written.clone(),
+                    protocol,
+                    source,
+                })
+        };
+        let mut grpc_servers = Vec::new();
+        for (id, grpc, listener) in grpc_listeners {
+            let tls = server_tls(&id, &grpc.tls, Transport::Grpc)?;
+            grpc_servers.push((id, grpc, listener, tls));
+        }
+        let mut http_servers = Vec::new();
+        for (id, http, listener) in http_listeners {
+            let tls = server_tls(&id, &http.tls, Transport::Http)?;
+            http_servers.push((id, http, listener, tls));
+        }
         let metrics_listener = match &config.service.telemetry.metrics_address {
             Some(address) => {
                 let listener = bind("service.telemetry.metrics", address).await?;
@@ -196,33 +223,6 @@ impl Gateway {
             .map_or_else(MemoryBudget::unlimited, |limiter| limiter.budget().clone());
         let mut pipelines = build_pipelines(&config, &registry, &budget)?;
         let receiver_families = ReceiverMetricFamilies::register(&registry)?;
-        let tls_families = TlsMetricFamilies::register(&registry)?;
-        // Loaded before any receiver starts, so a file changed since validation fails the
-        // start rather than one protocol.
-        let server_tls = |id: &ComponentId, tls: &Option<TlsServerConfig>, transport| {
-            let (protocol, alpn) = match transport {
-                Transport::Grpc => ("grpc", Alpn::H2),
-                Transport::Http => ("http", Alpn::H2AndHttp1),
-            };
-            tls.as_ref()
-                .map(|tls| ServerTls::start(tls, alpn, tls_families.for_receiver(id, transport)))
-                .transpose()
-                .map_err(|source| StartError::Tls {
-                    receiver: id.written.clone(),
-                    protocol,
-                    source,
-                })
-        };
-        let mut grpc_servers = Vec::new();
-        for (id, grpc, listener) in grpc_listeners {
-            let tls = server_tls(&id, &grpc.tls, Transport::Grpc)?;
-            grpc_servers.push((id, grpc, listener, tls));
-        }
-        let mut http_servers = Vec::new();
-        for (id, http, listener) in http_listeners {
-            let tls = server_tls(&id, &http.tls, Transport::Http)?;
-            http_servers.push((id, http, listener, tls));
-        }
         let sinks = std::mem::take(&mut pipelines.traces_sinks);
         let metrics_sinks = std::mem::take(&mut pipelines.metrics_sinks);
         let metrics_intake = |id: &ComponentId, transport| {

@@ -815,3 +815,33 @@ service:
     assert_eq!(spans_at_sink(), sent);
     assert_eq!(report.dropped_spans, 0);
 }
+
+/// Scenario: a config with TLS on both receivers validates; then the key file is removed
+/// before the gateway starts.
+/// Guarantees: the start fails, naming the receiver, protocol and key of the missing file,
+/// instead of serving one protocol without TLS or failing later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gone_since_validation_fails_the_start() {
+    let ca = Ca::new("tailgate test CA");
+    let files = ServerFiles::new(&ca.server(1), None);
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let base = support::gateway_config(sink.addr, "");
+    let tls = files.yaml(false, None);
+    let overlay = format!(
+        "receivers: {{otlp: {{protocols: {{grpc: {{tls: {tls}}}, http: {{tls: {tls}}}}}}}}}"
+    );
+    let config =
+        tailgate::config::load_str(&[&base, &overlay]).expect("valid while the files exist");
+    std::fs::remove_file(&files.key).expect("remove the key");
+    let error = match Gateway::start(config).await {
+        Ok(_) => panic!("the gateway must not start without its key"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.starts_with(&format!(
+            "receivers.otlp.protocols.grpc.tls.key_file: cannot read {}",
+            files.key.display()
+        )),
+        "{error}"
+    );
+}

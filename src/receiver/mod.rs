@@ -1,4 +1,5 @@
-//! The OTLP receiver: gRPC ([`otlp_grpc`]) and HTTP ([`otlp_http`]).
+//! The OTLP receiver: gRPC ([`otlp_grpc`]) and HTTP ([`otlp_http`]), each in plaintext or
+//! behind the TLS handshake of [`tls`].
 //!
 //! Both transports share one [`SignalIntake`] per signal: validate the request (traces with
 //! the wire reader, exactly as strict as a protobuf decode plus OTLP's id lengths; metrics

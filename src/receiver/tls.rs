@@ -576,6 +576,65 @@ mod tests {
         assert_eq!(tls.reload().await, Reload::Unchanged);
     }
 
+    fn handshake_failures(registry: &Registry, reason: &str) -> u64 {
+        registry
+            .gather()
+            .iter()
+            .filter(|family| family.name() == "tailgate_receiver_tls_handshake_failures_total")
+            .flat_map(|family| family.get_metric())
+            .filter(|metric| {
+                metric
+                    .get_label()
+                    .iter()
+                    .any(|label| label.name() == "reason" && label.value() == reason)
+            })
+            .map(|metric| metric.get_counter().get_value() as u64)
+            .sum()
+    }
+
+    /// Scenario: on paused time, a TLS listener gets a client that connects and sends
+    /// nothing, and one that sends a plaintext HTTP request; the stream of handshaken
+    /// connections is polled for twice the handshake timeout.
+    /// Guarantees: neither comes out as a connection; the plaintext one is counted as
+    /// not_tls at once and the silent one as timeout once the timeout has passed, and the
+    /// stream goes on waiting for the next connection instead of ending.
+    #[tokio::test(start_paused = true)]
+    async fn failed_handshakes_are_counted_and_skipped() {
+        use tokio::io::AsyncWriteExt as _;
+        use tokio_stream::StreamExt as _;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = TlsServerConfig {
+            reload_interval: None,
+            ..settings(dir.path())
+        };
+        let (cert, key) = pair(1);
+        std::fs::write(&settings.cert_file, &cert).expect("write");
+        std::fs::write(&settings.key_file, &key).expect("write");
+        let registry = Registry::new();
+        let tls = ServerTls::start(&settings, Alpn::H2AndHttp1, metrics(&registry)).expect("loads");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = crate::net::local_addr(&listener);
+        let mut incoming = tls.incoming(Acceptor::new(listener));
+
+        let _silent = TcpStream::connect(address).await.expect("connect");
+        let mut plaintext = TcpStream::connect(address).await.expect("connect");
+        plaintext
+            .write_all(b"POST /v1/traces HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+
+        let next = tokio::time::timeout(HANDSHAKE_TIMEOUT * 2, incoming.next()).await;
+        assert!(
+            next.is_err(),
+            "no connection comes out, and the stream does not end"
+        );
+        assert_eq!(handshake_failures(&registry, "not_tls"), 1);
+        assert_eq!(handshake_failures(&registry, "timeout"), 1);
+    }
+
     /// Scenario: accept errors as tokio-rustls reports them: rustls errors wrapped in an
     /// `io::Error`, and a plain I/O error.
     /// Guarantees: each maps to its reason, plaintext bytes (an invalid record type) to
