@@ -26,7 +26,7 @@ PY_REQUIREMENTS=(
 )
 KUBE_VERSIONS=(1.30.0 1.33.0)
 # Kinds that kubernetes-validate has no schema for; deploy/monitoring/schemas/ covers them.
-CRD_KINDS="ServiceMonitor PrometheusRule"
+CRD_KINDS="ServiceMonitor PrometheusRule Certificate"
 
 declare -a RESULTS=()
 PASSED=0 FAILED=0 SKIPPED=0
@@ -132,14 +132,25 @@ resources:
 components:
   - ../../../../deploy/components/minimal-pipeline
 KUST
+# homelab-tls is homelab with the tls component (cert-manager Certificate, receivers on TLS).
+mkdir -p "$WORK/variants/homelab-tls"
+cat >"$WORK/variants/homelab-tls/kustomization.yaml" <<'KUST'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../../deploy/overlays/homelab
+components:
+  - ../../../../deploy/components/tls
+KUST
 declare -A TARGETS=(
   [base]=deploy/base
   [monitoring]=deploy/monitoring
   [homelab]=deploy/overlays/homelab
   [production]=deploy/overlays/production
   [homelab-minimal]="$WORK/variants/homelab-minimal"
+  [homelab-tls]="$WORK/variants/homelab-tls"
 )
-RENDER_ORDER=(base monitoring homelab production homelab-minimal)
+RENDER_ORDER=(base monitoring homelab production homelab-minimal homelab-tls)
 for overlay in deploy/overlays/*/; do
   name="$(basename "$overlay")"
   [[ -n "${TARGETS[$name]:-}" ]] || { TARGETS[$name]="${overlay%/}"; RENDER_ORDER+=("$name"); }
@@ -157,7 +168,7 @@ render_all() {
   done
   return "$ok"
 }
-check "kubectl kustomize (base, monitoring, every overlay, homelab+minimal-pipeline)" render_all
+check "kubectl kustomize (base, monitoring, every overlay, homelab+minimal-pipeline, homelab+tls)" render_all
 
 # === schemas ===
 
@@ -190,7 +201,8 @@ check "schema validation (kubernetes-validate --strict ${KUBE_VERSIONS[*]}; CRDs
 
 check "deployment invariants (grace period, probes, env, several replicas only in one tier)" \
   "${DEPLOYCHECK[@]}" invariants "$WORK"/rendered/base.yaml "$WORK"/rendered/homelab.yaml \
-  "$WORK"/rendered/production.yaml "$WORK"/rendered/homelab-minimal.yaml "$WORK"/rendered/homelab-ha.yaml
+  "$WORK"/rendered/production.yaml "$WORK"/rendered/homelab-minimal.yaml "$WORK"/rendered/homelab-ha.yaml \
+  "$WORK"/rendered/homelab-tls.yaml
 
 # === alert rules ===
 
@@ -268,6 +280,27 @@ if [[ -n "${TAILGATE_BIN:-}" ]]; then
     return "$ok"
   }
   check "tailgate validate (config.yaml and minimal.yaml of every rendered ConfigMap)" validate_configs
+
+  # The tls component's config loads its files from the Secret mounted at
+  # /etc/tailgate-tls, which exists only in the cluster: validate config.yaml merged with
+  # its tls.yaml, the paths pointed at a throwaway certificate made here.
+  validate_tls_config() {
+    local dir="$WORK/configs/homelab-tls" files="$WORK/tls-files"
+    "${DEPLOYCHECK[@]}" extract-configs "$WORK/rendered/homelab-tls.yaml" "$dir" >/dev/null || return 1
+    mkdir -p "$files"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+      -subj "/CN=tailgate.monitoring.svc" -keyout "$files/tls.key" -out "$files/tls.crt" \
+      2>/dev/null || { echo "openssl could not make a test certificate"; return 1; }
+    cp "$files/tls.crt" "$files/ca.crt"
+    sed "s#/etc/tailgate-tls/#$files/#g" "$dir/tls.yaml" >"$dir/tls-local.yaml"
+    "$TAILGATE_BIN" validate --config "$dir/config.yaml" --config "$dir/tls-local.yaml" &&
+      echo "ok: homelab-tls/config.yaml + tls.yaml"
+  }
+  if command -v openssl >/dev/null 2>&1; then
+    check "tailgate validate (homelab-tls: config.yaml + tls.yaml, throwaway certificate)" validate_tls_config
+  else
+    skip "tailgate validate (homelab-tls)" "openssl is not installed"
+  fi
 else
   skip "tailgate validate" "TAILGATE_BIN is not set"
 fi

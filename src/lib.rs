@@ -20,7 +20,8 @@
 //!
 //! The stages, in data-flow order:
 //!
-//! - [`receiver`]: OTLP traces and metrics over gRPC (`:4317`) and HTTP (`:4318`).
+//! - [`receiver`]: OTLP traces and metrics over gRPC (`:4317`) and HTTP (`:4318`), in
+//!   plaintext or TLS (`receiver::tls`: mTLS, certificate reload).
 //! - [`sampler`]: the `tail_sampling` processor: the trace buffer, decision timing and
 //!   caches, and the policies.
 //! - [`batcher`]: the `batch` processor, size- and time-triggered.

@@ -179,20 +179,43 @@ fn is_connection_error(error: &std::io::Error) -> bool {
 pub async fn serve_http<H, F>(
     listener: TcpListener,
     handler: H,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     grace: Duration,
 ) where
     H: Fn(http::Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<FullBody>> + Send + 'static,
 {
+    serve_http_on(Acceptor::new(listener), handler, stop, grace).await;
+}
+
+/// [`serve_http`] over the connections `incoming` yields (TLS streams, for instance), with
+/// HTTP/1.1 and HTTP/2 told apart by the client's first bytes. An `Err` item is skipped;
+/// the end of the stream stops accepting as `stop` does.
+pub async fn serve_http_on<S, IO, H, F>(
+    mut incoming: S,
+    handler: H,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) where
+    S: tokio_stream::Stream<Item = std::io::Result<IO>> + Unpin,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(http::Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = http::Response<FullBody>> + Send + 'static,
+{
+    use tokio_stream::StreamExt as _;
+
     let (conn_stop_tx, conn_stop_rx) = watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
-    let mut acceptor = Acceptor::new(listener);
     loop {
         tokio::select! {
             biased;
             _ = async { let _ = stop.wait_for(|stopped| *stopped).await; } => break,
-            stream = acceptor.accept() => {
+            next = incoming.next() => {
+                let stream = match next {
+                    Some(Ok(stream)) => stream,
+                    Some(Err(_)) => continue,
+                    None => break,
+                };
                 let handler = handler.clone();
                 let mut conn_stop = conn_stop_rx.clone();
                 connections.spawn(async move {
@@ -215,7 +238,7 @@ pub async fn serve_http<H, F>(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    drop(acceptor);
+    drop(incoming);
     let _ = conn_stop_tx.send(true);
     let drained = tokio::time::timeout(grace, async {
         while connections.join_next().await.is_some() {}

@@ -11,11 +11,13 @@ use tokio::task::JoinHandle;
 
 use crate::config::{
     ComponentId, Config, ExtensionConfig, MemoryLimiterConfig, ProcessorConfig, ReceiverConfig,
+    ServerTlsError, TlsServerConfig,
 };
 use crate::limiter::{LimiterError, MemoryBudget, MemoryLimiter};
 use crate::net::{BindError, bind, local_addr};
 use crate::payload::{MetricsSink, TracesSink};
 use crate::pipeline::{BuildError, Pipelines, build_pipelines};
+use crate::receiver::tls::{Alpn, ServerTls, TlsMetricFamilies};
 use crate::receiver::{
     MetricsIntake, ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http,
 };
@@ -38,6 +40,17 @@ pub enum StartError {
         /// Why.
         #[source]
         source: LimiterError,
+    },
+    /// A receiver's TLS files could not be loaded (changed since validation).
+    #[error("receivers.{receiver}.protocols.{protocol}.tls.{source}")]
+    Tls {
+        /// The receiver's id, as written.
+        receiver: String,
+        /// `grpc` or `http`.
+        protocol: &'static str,
+        /// Why, with the key of the file at fault.
+        #[source]
+        source: ServerTlsError,
     },
     /// Metric families could not be registered (a programming error).
     #[error("registering metrics: {0}")]
@@ -126,6 +139,33 @@ impl Gateway {
                 http_listeners.push((id.clone(), http.clone(), listener));
             }
         }
+        let tls_families = TlsMetricFamilies::register(&registry)?;
+        // The receivers' TLS files, loaded before anything starts (as ports are bound), so
+        // a file changed since validation fails the start and leaves nothing running.
+        let server_tls = |id: &ComponentId, tls: &Option<TlsServerConfig>, transport| {
+            let (protocol, alpn) = match transport {
+                Transport::Grpc => ("grpc", Alpn::H2),
+                Transport::Http => ("http", Alpn::H2AndHttp1),
+            };
+            tls.as_ref()
+                .map(|tls| ServerTls::start(tls, alpn, tls_families.for_receiver(id, transport)))
+                .transpose()
+                .map_err(|source| StartError::Tls {
+                    receiver: id.written.clone(),
+                    protocol,
+                    source,
+                })
+        };
+        let mut grpc_servers = Vec::new();
+        for (id, grpc, listener) in grpc_listeners {
+            let tls = server_tls(&id, &grpc.tls, Transport::Grpc)?;
+            grpc_servers.push((id, grpc, listener, tls));
+        }
+        let mut http_servers = Vec::new();
+        for (id, http, listener) in http_listeners {
+            let tls = server_tls(&id, &http.tls, Transport::Http)?;
+            http_servers.push((id, http, listener, tls));
+        }
         let metrics_listener = match &config.service.telemetry.metrics_address {
             Some(address) => {
                 let listener = bind("service.telemetry.metrics", address).await?;
@@ -205,27 +245,30 @@ impl Gateway {
         };
 
         let mut receiver_tasks = Vec::new();
-        for (id, grpc, listener) in grpc_listeners {
+        for (id, grpc, listener, tls) in grpc_servers {
             let intake = traces_intake(&id, Transport::Grpc);
             let metrics = metrics_intake(&id, Transport::Grpc);
-            tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener));
+            tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener), tls = tls.is_some());
             let stop = receivers_stopped.clone();
             receiver_tasks.push(tokio::spawn(async move {
-                if let Err(error) = otlp_grpc::serve(listener, grpc, intake, metrics, stop).await {
+                if let Err(error) =
+                    otlp_grpc::serve(listener, grpc, intake, metrics, stop, tls).await
+                {
                     tracing::error!(event = "receiver.grpc.failed", receiver = %id, error = %error);
                 }
             }));
         }
-        for (id, http, listener) in http_listeners {
+        for (id, http, listener, tls) in http_servers {
             let intake = traces_intake(&id, Transport::Http);
             let metrics = metrics_intake(&id, Transport::Http);
-            tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener));
+            tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener), tls = tls.is_some());
             receiver_tasks.push(tokio::spawn(otlp_http::serve(
                 listener,
                 http,
                 intake,
                 metrics,
                 receivers_stopped.clone(),
+                tls,
             )));
         }
         // One tier: load balancers deliver to this process's own receivers in-process.

@@ -2,8 +2,8 @@
 """Checks behind scripts/check-deploy.sh (run with the venv that has pyyaml and jsonschema).
 
 Subcommands:
-  crds FILE...                validate monitoring.coreos.com objects in rendered manifests
-                              against deploy/monitoring/schemas/*.schema.json
+  crds FILE...                validate monitoring.coreos.com and cert-manager.io objects in
+                              rendered manifests against deploy/monitoring/schemas/*.schema.json
   extract-rules RULE OUT      write a PrometheusRule's spec as a plain Prometheus rule file
   extract-configs FILE OUTDIR write each key of the rendered tailgate-config ConfigMap
   dashboard                   parse the Grafana dashboard and check its structure and that
@@ -11,7 +11,8 @@ Subcommands:
   rules                       check alert labels/annotations, runbook anchors, metric names
                               and that every alert has a firing and a quiet unit test
   invariants FILE...          deployment rules the schemas cannot express (grace period
-                              longer than the drain deadline, config key exists, env the
+                              longer than the drain deadline, every --config key exists
+                              (several are merged in order), env the
                               config expands is set; several replicas only with the one-tier
                               wiring: hand-off, headless Service, pod-IP receiver, peer
                               NetworkPolicy, PDB, HPA without `replicas`)
@@ -30,7 +31,10 @@ MON = ROOT / "deploy" / "monitoring"
 SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): MON / "schemas" / "servicemonitor.schema.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): MON / "schemas" / "prometheusrule.schema.json",
+    ("cert-manager.io/v1", "Certificate"): MON / "schemas" / "certificate.schema.json",
 }
+# API groups whose objects must have a schema above (kubernetes-validate has none for them).
+CRD_GROUPS = ("monitoring.coreos.com", "cert-manager.io")
 # Series the rules may use besides tailgate's own: scrape health and cAdvisor's limit.
 RULE_EXTRA_METRICS = {"up", "container_spec_memory_limit_bytes"}
 SEVERITIES = {"critical", "warning", "info"}
@@ -106,7 +110,7 @@ def cmd_crds(files):
     for path in files:
         for doc in load_docs(path):
             key = (doc.get("apiVersion"), doc.get("kind"))
-            if key[0] and key[0].startswith("monitoring.coreos.com"):
+            if key[0] and key[0].startswith(CRD_GROUPS):
                 validator = validators.get(key)
                 if validator is None:
                     problems.append(f"{path}: no schema for {key[0]} {key[1]}")
@@ -396,6 +400,17 @@ def check_one_tier(where, config, hand_off, pod_labels, container, docs):
     return problems
 
 
+def merge(base, over):
+    """The config `over` merged onto `base` as tailgate merges several --config files:
+    mappings key by key, anything else replaced."""
+    if not isinstance(base, dict) or not isinstance(over, dict):
+        return over
+    merged = dict(base)
+    for k, v in over.items():
+        merged[k] = merge(base[k], v) if k in base else v
+    return merged
+
+
 def cmd_invariants(files):
     problems, checked = [], 0
     for path in files:
@@ -439,18 +454,23 @@ def cmd_invariants(files):
             limits = container.get("resources", {}).get("limits", {})
             if "memory" not in limits:
                 problems.append(f"{where}: memory limit missing (memory_limiter percentages need it)")
+            # One --config, or several merged in order (a component such as tls adds one).
             args = [a for a in container.get("args", []) if a.startswith("--config=")]
-            if len(args) != 1:
-                problems.append(f"{where}: expected one --config=/etc/tailgate/KEY argument")
+            if not args:
+                problems.append(f"{where}: expected a --config=/etc/tailgate/KEY argument")
                 continue
-            key = args[0].split("=", 1)[1].removeprefix("/etc/tailgate/")
+            keys = [a.split("=", 1)[1].removeprefix("/etc/tailgate/") for a in args]
+            key = "+".join(keys)
             volume = [v for v in pod.get("volumes", []) if v["name"] == "config"]
             cm = volume[0]["configMap"]["name"] if volume else None
             data = configmaps.get(cm)
-            if data is None or key not in data:
-                problems.append(f"{where}: {args[0]} is not a key of ConfigMap {cm}")
+            missing = [a for a, k in zip(args, keys) if data is None or k not in data]
+            if missing:
+                problems.append(f"{where}: {', '.join(missing)} not a key of ConfigMap {cm}")
                 continue
-            config = yaml.safe_load(data[key]) or {}
+            config = {}
+            for k in keys:
+                config = merge(config, yaml.safe_load(data[k]) or {})
             defined = {e["name"] for e in container.get("env", [])}
             for name in sorted(env_references(config) - defined):
                 problems.append(f"{where}: {key} expands ${{env:{name}}} but the container does not set {name}")

@@ -36,6 +36,10 @@ struct Args {
     /// Compress requests with gzip.
     #[arg(long)]
     gzip: bool,
+    /// Speak TLS, trusting the CA certificates (PEM) in FILE; an endpoint without a scheme
+    /// then means https:// (an https:// endpoint without it trusts the Mozilla roots).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     /// Concurrent connections, each with one request in flight.
     #[arg(long, default_value_t = 4)]
     connections: usize,
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| args.protocol.default_endpoint().to_owned()),
             gzip: args.gzip,
             timeout: args.timeout,
+            tls_ca: args.tls_ca,
         },
         connections: args.connections,
         rate: args.rate,

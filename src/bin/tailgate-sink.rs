@@ -11,11 +11,14 @@
 //!
 //! Counts go to `--stats-file` as JSON every second and on exit (SIGTERM or SIGINT), and
 //! to stdout on exit.
+//!
+//! With `--tls-cert` and `--tls-key` it serves gRPC over TLS (ALPN `h2`), so that a
+//! gateway's TLS exporter can be measured.
 
 use std::convert::Infallible;
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,8 +30,10 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::Serialize;
+use tailgate::config::{ServerTlsFiles, TlsServerConfig, TlsVersion};
 use tailgate::otlp::parse_traces_request;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 /// An OTLP/gRPC sink that counts spans and discards them.
 #[derive(Debug, Parser)]
@@ -43,6 +48,47 @@ struct Args {
     /// Exit by itself after this long (a bound for scripts that might not stop it).
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
     max_time: Duration,
+    /// Serve TLS with the PEM certificate chain in FILE (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+/// The TLS acceptor for `--tls-cert` and `--tls-key`, loaded as the gateway's receivers load
+/// theirs; the error names the option whose file is at fault.
+fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+    let settings = TlsServerConfig {
+        cert_file: cert.to_owned(),
+        key_file: key.to_owned(),
+        client_ca_file: None,
+        min_version: TlsVersion::Tls12,
+        max_version: None,
+        reload_interval: None,
+    };
+    let config = ServerTlsFiles::read(&settings)
+        .server_config(&settings, &[b"h2"])
+        .map_err(|error| {
+            let option = if error.key == "key_file" {
+                "--tls-key"
+            } else {
+                "--tls-cert"
+            };
+            format!("{option}: {}", error.message)
+        })?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Serves one connection (plaintext or TLS) as HTTP/2.
+async fn serve_connection<IO>(io: IO, state: Arc<State>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| handle(request, state.clone()));
+    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(io), service)
+        .await;
 }
 
 /// Delay histogram: one bucket per millisecond up to a minute, the last one for more.
@@ -245,6 +291,16 @@ async fn main() -> std::process::ExitCode {
         invalid: AtomicU64::new(0),
         delays: Mutex::new(vec![0; DELAY_BUCKETS]),
     });
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => match tls_acceptor(cert, key) {
+            Ok(acceptor) => Some(acceptor),
+            Err(error) => {
+                eprintln!("tailgate-sink: {error}");
+                return std::process::ExitCode::from(1);
+            }
+        },
+        _ => None,
+    };
     let listener = match TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -268,11 +324,17 @@ async fn main() -> std::process::ExitCode {
                 let Ok((stream, _)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
                 let state = state.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let service = service_fn(move |request| handle(request, state.clone()));
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    match tls {
+                        // A failed handshake only closes that connection.
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(stream).await {
+                                serve_connection(stream, state).await;
+                            }
+                        }
+                        None => serve_connection(stream, state).await,
+                    }
                 });
             }
             _ = tick.tick() => {

@@ -17,7 +17,7 @@ use super::value::Value;
 use super::{
     BatchConfig, ComponentId, CorsConfig, DebugExporterConfig, ExporterConfig, ExtensionConfig,
     FileStorageConfig, GrpcServerConfig, HealthCheckConfig, HttpServerConfig, OtlpExporterConfig,
-    OtlpReceiverConfig, ProcessorConfig, ReceiverConfig, Verbosity,
+    OtlpReceiverConfig, ProcessorConfig, ReceiverConfig, TlsServerConfig, TlsVersion, Verbosity,
 };
 
 /// The components of one section, typed, and every id declared in it (including ids whose
@@ -140,11 +140,7 @@ fn otlp_receiver(problems: &mut Problems, otlp: &Fields<'_>) -> ReceiverConfig {
 
 /// The Collector keys that neither OTLP server (`protocols.grpc`, `protocols.http`)
 /// implements.
-const SERVER_NOT_YET: [(&str, &str); 3] = [
-    ("tls", NOT_YET),
-    ("auth", NOT_YET),
-    ("middlewares", NOT_YET),
-];
+const SERVER_NOT_YET: [(&str, &str); 2] = [("auth", NOT_YET), ("middlewares", NOT_YET)];
 
 /// The keys of `protocols.grpc`.
 const GRPC_KEYS: &[&str] = &[
@@ -156,10 +152,11 @@ const GRPC_KEYS: &[&str] = &[
     "read_buffer_size",
     "write_buffer_size",
     "include_metadata",
+    "tls",
 ];
 
 /// The Collector keys of `protocols.grpc` that tailgate does not implement.
-const GRPC_NOT_YET: [(&str, &str); 4] = concat(SERVER_NOT_YET, [("keepalive", NOT_YET)]);
+const GRPC_NOT_YET: [(&str, &str); 3] = concat(SERVER_NOT_YET, [("keepalive", NOT_YET)]);
 
 /// `protocols.grpc`.
 ///
@@ -203,12 +200,14 @@ fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerCon
     grpc.uint(problems, "read_buffer_size");
     grpc.uint(problems, "write_buffer_size");
     grpc.boolean(problems, "include_metadata");
+    let tls = tls_server(problems, &grpc);
     GrpcServerConfig {
         endpoint,
         max_recv_msg_size: max_recv_msg_size
             .unwrap_or(defaults::GRPC_MAX_RECV_MSG_SIZE_MIB * MIB as usize),
         max_concurrent_streams,
         max_concurrent_requests,
+        tls,
     }
 }
 
@@ -231,10 +230,11 @@ const HTTP_KEYS: &[&str] = &[
     "max_concurrent_requests",
     "cors",
     "include_metadata",
+    "tls",
 ];
 
 /// The Collector keys of `protocols.http` that tailgate does not implement.
-const HTTP_NOT_YET: [(&str, &str); 9] = concat(
+const HTTP_NOT_YET: [(&str, &str); 8] = concat(
     SERVER_NOT_YET,
     [
         ("compression_algorithms", NOT_YET),
@@ -284,6 +284,7 @@ fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerCon
     });
     let max_concurrent_requests = max_concurrent_requests(problems, &http);
     http.boolean(problems, "include_metadata");
+    let tls = tls_server(problems, &http);
     HttpServerConfig {
         endpoint,
         traces_url_path,
@@ -292,7 +293,143 @@ fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerCon
         max_request_body_size,
         max_concurrent_requests,
         cors,
+        tls,
     }
+}
+
+/// The keys of a server's `tls`.
+const TLS_SERVER_KEYS: &[&str] = &[
+    "cert_file",
+    "key_file",
+    "client_ca_file",
+    "min_version",
+    "max_version",
+    "reload_interval",
+];
+
+/// The Collector keys of a server's `tls` that tailgate does not implement.
+const TLS_SERVER_NOT_YET: &[(&str, &str)] = &[
+    (
+        "ca_file",
+        "has no effect on a server (the Collector ignores it too); remove it, or set \
+         client_ca_file to require client certificates signed by that CA",
+    ),
+    (
+        "ca_pem",
+        "has no effect on a server (the Collector ignores it too); remove it",
+    ),
+    (
+        "cert_pem",
+        "not supported yet by this version of tailgate; write the certificate to a file and set cert_file",
+    ),
+    (
+        "key_pem",
+        "not supported yet by this version of tailgate; write the key to a file and set key_file",
+    ),
+    (
+        "client_ca_file_reload",
+        "not supported yet by this version of tailgate; remove it: with reload_interval set, \
+         client_ca_file is read again with the certificate",
+    ),
+    ("include_system_ca_certs_pool", NOT_YET),
+    ("cipher_suites", NOT_YET),
+    ("curve_preferences", NOT_YET),
+    ("tpm", NOT_YET),
+];
+
+/// `protocols.{grpc,http}.tls`: `None` when absent. The files are loaded as the receiver
+/// loads them (see [`tls::check_server_files`]), so a bad file fails validation.
+fn tls_server(problems: &mut Problems, server: &Fields<'_>) -> Option<TlsServerConfig> {
+    if !server.has("tls") {
+        return None;
+    }
+    let tls = server.child(problems, "tls", TLS_SERVER_KEYS, TLS_SERVER_NOT_YET);
+    let before = problems.len();
+    // An empty file name is the same as none, so `${env:CERT_FILE}` may be left unset.
+    let mut file = |key: &str| {
+        tls.string(problems, key)
+            .filter(|name| !name.is_empty())
+            .map(PathBuf::from)
+    };
+    let cert_file = file("cert_file");
+    let key_file = file("key_file");
+    let client_ca_file = file("client_ca_file");
+    let mut version = |key: &str| {
+        let text = tls.string(problems, key)?;
+        match text.trim() {
+            "" => None,
+            "1.2" => Some(TlsVersion::Tls12),
+            "1.3" => Some(TlsVersion::Tls13),
+            "1.0" | "1.1" => {
+                problems.add(
+                    tls.key_path(key),
+                    format!(
+                        "TLS {text} is not supported (only 1.2 and 1.3 are: it is obsolete and \
+                         rustls does not implement it); set \"1.2\" or remove the key"
+                    ),
+                );
+                None
+            }
+            _ => {
+                problems.add(
+                    tls.key_path(key),
+                    format!("unknown TLS version {text:?} (expected one of: 1.2, 1.3)"),
+                );
+                None
+            }
+        }
+    };
+    let min_version = version("min_version").unwrap_or(TlsVersion::Tls12);
+    let max_version = version("max_version");
+    if let Some(max) = max_version
+        && max < min_version
+    {
+        problems.add(
+            tls.key_path("max_version"),
+            format!(
+                "{:?} is below min_version {:?}: no TLS version would be left; raise \
+                 max_version or lower min_version",
+                max.name(),
+                min_version.name()
+            ),
+        );
+    }
+    let reload_interval = tls
+        .duration(problems, "reload_interval")
+        .filter(|interval| !interval.is_zero());
+    let (cert_file, key_file) = match (cert_file, key_file) {
+        (Some(cert_file), Some(key_file)) => (cert_file, key_file),
+        (cert_file, key_file) => {
+            if !tls.wrong_type() {
+                for (key, missing) in [
+                    ("cert_file", cert_file.is_none()),
+                    ("key_file", key_file.is_none()),
+                ] {
+                    if missing {
+                        problems.add(
+                            tls.key_path(key),
+                            "must be set: a TLS server needs a certificate (cert_file) and its \
+                             private key (key_file)",
+                        );
+                    }
+                }
+            }
+            return None;
+        }
+    };
+    let config = TlsServerConfig {
+        cert_file,
+        key_file,
+        client_ca_file,
+        min_version,
+        max_version,
+        reload_interval,
+    };
+    // Files are checked only once the settings are right, so one mistake is reported once.
+    if problems.len() == before {
+        tls::check_server_files(problems, tls.path(), &config);
+    }
+    Some(config)
 }
 
 /// A URL path; a missing leading `/` is added, as the Collector does.

@@ -107,6 +107,11 @@ impl Problems {
         });
     }
 
+    /// How many problems have been recorded (to tell whether a reader added any).
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
     /// Whether nothing has been recorded.
     pub(crate) fn is_empty(&self) -> bool {
         self.list.is_empty()

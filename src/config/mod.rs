@@ -92,6 +92,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Problem};
 pub use render::render;
+pub use tls::{ServerTlsError, ServerTlsFiles};
 pub use types::*;
 
 use error::Problems;

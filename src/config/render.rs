@@ -10,7 +10,7 @@ use super::{
     LoadBalancingConfig, MemoryAmount, OtlpExporterConfig, PolicyConfig, PolicyKind,
     ProcessorConfig, ReceiverConfig, RemoteWriteConfig, RemoteWriteMessage, ResolverConfig,
     RetryConfig, RoutingKey, SpanMetricsConfig, StatusCodeName, TailSamplingConfig,
-    TlsClientConfig,
+    TlsClientConfig, TlsServerConfig,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -44,6 +44,9 @@ pub fn render(config: &Config) -> String {
                         grpc.max_concurrent_streams.unwrap_or(0),
                     );
                     out.limit(4, "max_concurrent_requests", grpc.max_concurrent_requests);
+                    if let Some(tls) = &grpc.tls {
+                        render_server_tls(&mut out, tls);
+                    }
                 }
                 if let Some(http) = &otlp.http {
                     out.line(3, "http:");
@@ -60,6 +63,9 @@ pub fn render(config: &Config) -> String {
                         if let Some(max_age) = cors.max_age {
                             out.plain(5, "max_age", max_age);
                         }
+                    }
+                    if let Some(tls) = &http.tls {
+                        render_server_tls(&mut out, tls);
                     }
                 }
             }
@@ -477,6 +483,22 @@ fn render_tls(out: &mut Out, tls: &TlsClientConfig) {
     if let Some(name) = &tls.server_name_override {
         out.string(3, "server_name_override", name);
     }
+}
+
+/// A receiver protocol's `tls`, at depth 4.
+fn render_server_tls(out: &mut Out, tls: &TlsServerConfig) {
+    out.line(4, "tls:");
+    out.string(5, "cert_file", &tls.cert_file.to_string_lossy());
+    out.string(5, "key_file", &tls.key_file.to_string_lossy());
+    if let Some(file) = &tls.client_ca_file {
+        out.string(5, "client_ca_file", &file.to_string_lossy());
+    }
+    out.string(5, "min_version", tls.min_version.name());
+    if let Some(max) = tls.max_version {
+        out.string(5, "max_version", max.name());
+    }
+    let interval = tls.reload_interval.unwrap_or_default();
+    out.plain(5, "reload_interval", duration::format(interval));
 }
 
 fn string_map(out: &mut Out, key: &str, map: &std::collections::BTreeMap<String, String>) {

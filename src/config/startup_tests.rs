@@ -83,6 +83,13 @@ fn every_key(metrics: &str, resolver: &str) -> String {
         cert = cert_file(),
         key = key_file(),
     );
+    let server_tls = format!(
+        "{{cert_file: {cert}, key_file: {key}, client_ca_file: {ca}, min_version: '1.2', \
+         max_version: '1.3', reload_interval: 1m}}",
+        ca = ca_file(),
+        cert = cert_file(),
+        key = key_file(),
+    );
     let retry = "{enabled: true, initial_interval: 1s, max_interval: 2s, max_elapsed_time: 1m, \
                  multiplier: 1.5, randomization_factor: 0.5}";
     let queue = "{enabled: true, queue_size: 10, num_consumers: 2, storage: file_storage/queue}";
@@ -100,6 +107,7 @@ receivers:
         read_buffer_size: 524288
         write_buffer_size: 0
         include_metadata: false
+        tls: {server_tls}
       http:
         endpoint: 127.0.0.1:0
         traces_url_path: /t
@@ -112,6 +120,7 @@ receivers:
           allowed_headers: [X-Custom]
           max_age: 60
         include_metadata: false
+        tls: {server_tls}
 processors:
   batch:
     send_batch_size: 10

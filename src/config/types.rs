@@ -102,6 +102,8 @@ pub struct GrpcServerConfig {
     /// refused at once with a retryable `UNAVAILABLE` (with `RetryInfo`) and counted as
     /// `reason="too_many_requests"`; see [`HttpServerConfig::max_concurrent_requests`].
     pub max_concurrent_requests: Option<NonZeroUsize>,
+    /// `tls`; `None` serves plaintext (h2c).
+    pub tls: Option<TlsServerConfig>,
 }
 
 /// `receivers.otlp.protocols.http`.
@@ -128,7 +130,46 @@ pub struct HttpServerConfig {
     pub max_concurrent_requests: Option<NonZeroUsize>,
     /// `cors`; `None` when not configured (no CORS headers are sent).
     pub cors: Option<CorsConfig>,
+    /// `tls`; `None` serves plaintext (HTTP/1.1 and h2c).
+    pub tls: Option<TlsServerConfig>,
 }
+
+/// `tls` of a server: `receivers.otlp.protocols.{grpc,http}.tls` (the Collector's
+/// `configtls.ServerConfig`, file keys only).
+///
+/// Configured, the port speaks TLS only: a plaintext client fails its handshake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsServerConfig {
+    /// `cert_file` (required): the PEM certificate chain the server presents, leaf first.
+    pub cert_file: PathBuf,
+    /// `key_file` (required): the PEM private key of the leaf certificate (PKCS#8, PKCS#1
+    /// or SEC1).
+    pub key_file: PathBuf,
+    /// `client_ca_file`: PEM CA certificates. When set (mTLS), every client must present
+    /// a certificate that chains to one of them, or its handshake fails.
+    pub client_ca_file: Option<PathBuf>,
+    /// `min_version` (default `"1.2"`): the lowest TLS version accepted.
+    pub min_version: TlsVersion,
+    /// `max_version` (default: the highest supported, 1.3).
+    pub max_version: Option<TlsVersion>,
+    /// `reload_interval`: how often `cert_file`, `key_file` and `client_ca_file` are read
+    /// again; when their content changed, handshakes from then on use the new files, and
+    /// connections already open keep what they were established with. A reload that
+    /// fails (a half-written file, a key that does not match the certificate) keeps the
+    /// files in use. `None` (the default, or 0) reads them once, at start.
+    pub reload_interval: Option<Duration>,
+}
+
+/// A TLS protocol version. rustls has no TLS 1.0 or 1.1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    /// `"1.2"`.
+    Tls12,
+    /// `"1.3"`.
+    Tls13,
+}
+
+named!(TlsVersion { "1.2" => Tls12, "1.3" => Tls13 });
 
 /// `receivers.otlp.protocols.http.cors`.
 #[derive(Clone, Debug, PartialEq)]

@@ -3,17 +3,22 @@
 
 use std::error::Error as _;
 use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use tonic::codec::CompressionEncoding;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic_types::StatusExt;
 
 /// The OTLP transport to send with.
@@ -48,6 +53,10 @@ pub struct SendConfig {
     pub gzip: bool,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// `--tls-ca`: speak TLS, trusting the CA certificates (PEM) in this file. An
+    /// endpoint without a scheme then means `https://`. `None`: TLS only for an
+    /// `https://` endpoint, trusting the Mozilla roots.
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// How the endpoint answered one request.
@@ -69,10 +78,23 @@ pub enum Outcome {
 
 /// Why a client could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid endpoint {endpoint:?}: {reason}")]
-pub struct EndpointError {
-    endpoint: String,
-    reason: String,
+pub enum EndpointError {
+    /// The endpoint is not a valid URI.
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    Invalid {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why.
+        reason: String,
+    },
+    /// The `--tls-ca` file cannot be used.
+    #[error("--tls-ca {}: {reason}", path.display())]
+    TlsCa {
+        /// The file.
+        path: PathBuf,
+        /// Why: unreadable, or no PEM certificate in it.
+        reason: String,
+    },
 }
 
 /// The gRPC method every OTLP trace export calls.
@@ -93,8 +115,8 @@ pub enum Sender {
     },
     /// OTLP/HTTP.
     Http {
-        /// The HTTP/1.1 client.
-        client: Client<HttpConnector, Full<Bytes>>,
+        /// The HTTP/1.1 client (TLS for an `https://` URL).
+        client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
         /// The full traces URL.
         uri: http::Uri,
         /// Send OTLP/JSON rather than protobuf.
@@ -114,22 +136,34 @@ impl Sender {
     ///
     /// When the endpoint is not a valid URI.
     pub fn new(config: &SendConfig) -> Result<Self, EndpointError> {
-        let err = |reason: String| EndpointError {
+        let err = |reason: String| EndpointError::Invalid {
             endpoint: config.endpoint.clone(),
             reason,
         };
         let with_scheme = if config.endpoint.contains("://") {
             config.endpoint.clone()
+        } else if config.tls_ca.is_some() {
+            format!("https://{}", config.endpoint)
         } else {
             format!("http://{}", config.endpoint)
         };
+        let ca = config.tls_ca.as_ref().map(read_ca).transpose()?;
         match config.protocol {
             Protocol::Grpc => {
-                let endpoint = Endpoint::from_shared(with_scheme)
+                let mut endpoint = Endpoint::from_shared(with_scheme.clone())
                     .map_err(|e| err(e.to_string()))?
                     .timeout(config.timeout)
                     .connect_timeout(config.timeout)
                     .tcp_nodelay(true);
+                if with_scheme.starts_with("https://") {
+                    let tls = match &ca {
+                        Some((pem, _)) => {
+                            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+                        }
+                        None => ClientTlsConfig::new().with_webpki_roots(),
+                    };
+                    endpoint = endpoint.tls_config(tls).map_err(|e| err(e.to_string()))?;
+                }
                 let mut grpc = tonic::client::Grpc::new(endpoint.connect_lazy())
                     .max_decoding_message_size(64 * 1024 * 1024);
                 if config.gzip {
@@ -151,6 +185,24 @@ impl Sender {
                 }
                 let mut connector = HttpConnector::new();
                 connector.set_nodelay(true);
+                connector.enforce_http(false);
+                let roots = match ca {
+                    Some((_, roots)) => roots,
+                    None => rustls::RootCertStore {
+                        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+                    },
+                };
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let tls = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| err(e.to_string()))?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_or_http()
+                    .enable_http1()
+                    .wrap_connector(connector);
                 let client = Client::builder(TokioExecutor::new())
                     .pool_max_idle_per_host(1)
                     .build(connector);
@@ -265,6 +317,29 @@ impl Sender {
             }
         }
     }
+}
+
+/// The CA file of `--tls-ca`: its text (for tonic) and its certificates as roots (for
+/// rustls).
+fn read_ca(path: &PathBuf) -> Result<(String, rustls::RootCertStore), EndpointError> {
+    let err = |reason: String| EndpointError::TlsCa {
+        path: path.clone(),
+        reason,
+    };
+    let pem = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read it: {e}")))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        let cert = cert.map_err(|e| err(format!("not a valid PEM file: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| err(format!("a certificate in it cannot be used as a CA: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(err(
+            "no PEM certificate found (expected a -----BEGIN CERTIFICATE----- block)".into(),
+        ));
+    }
+    Ok((pem, roots))
 }
 
 /// A gRPC codec that sends already-encoded request bytes and ignores the response body

@@ -19,7 +19,8 @@ pub enum Transport {
 }
 
 impl Transport {
-    fn label(self) -> &'static str {
+    /// The label value.
+    pub fn label(self) -> &'static str {
         match self {
             Self::Grpc => "grpc",
             Self::Http => "http",

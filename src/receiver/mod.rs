@@ -1,4 +1,5 @@
-//! The OTLP receiver: gRPC ([`otlp_grpc`]) and HTTP ([`otlp_http`]).
+//! The OTLP receiver: gRPC ([`otlp_grpc`]) and HTTP ([`otlp_http`]), each in plaintext or
+//! behind the TLS handshake of [`tls`].
 //!
 //! Both transports share one [`SignalIntake`] per signal: validate the request (traces with
 //! the wire reader, exactly as strict as a protobuf decode plus OTLP's id lengths; metrics
@@ -20,6 +21,7 @@ mod in_flight;
 mod metrics;
 pub mod otlp_grpc;
 pub mod otlp_http;
+pub mod tls;
 
 pub use metrics::{ReceiverMetricFamilies, ReceiverMetrics, Transport};
 

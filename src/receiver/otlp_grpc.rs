@@ -32,6 +32,7 @@ use tonic::codec::{BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decode
 use tonic::server::{NamedService, UnaryService};
 
 use super::in_flight::InFlightLimit;
+use super::tls::ServerTls;
 use super::{Intake, MetricsIntake, TracesIntake};
 use crate::config::GrpcServerConfig;
 use crate::error::PipelineError;
@@ -49,7 +50,8 @@ const LOGS_SERVICE: &str = "opentelemetry.proto.collector.logs.v1.LogsService";
 const FRAME_HEADER_LEN: usize = 5;
 
 /// Serves OTLP/gRPC on `listener` until `stop` turns true, then finishes in-flight
-/// requests and returns.
+/// requests and returns. With `tls` (built from `config.tls`), every connection is a TLS
+/// connection offering `h2` by ALPN; without, plaintext h2c.
 ///
 /// # Errors
 ///
@@ -60,6 +62,7 @@ pub async fn serve(
     traces: TracesIntake,
     metrics: MetricsIntake,
     mut stop: watch::Receiver<bool>,
+    tls: Option<ServerTls>,
 ) -> Result<(), tonic::transport::Error> {
     // One limit for both services: it bounds the receiver's requests, whatever the signal.
     let in_flight = InFlightLimit::new(
@@ -81,16 +84,24 @@ pub async fn serve(
     } else {
         (None, Some(NoPipeline::<MetricsSignal>::default()))
     };
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(config.max_concurrent_streams)
         .add_service(trace_service)
         .add_optional_service(raw_metrics_service)
         .add_optional_service(metrics_service)
-        .add_service(NoPipeline::<LogsSignal>::default())
-        .serve_with_incoming_shutdown(Acceptor::new(listener), async move {
-            let _ = stop.wait_for(|stopped| *stopped).await;
-        })
-        .await
+        .add_service(NoPipeline::<LogsSignal>::default());
+    let stopped = async move {
+        let _ = stop.wait_for(|stopped| *stopped).await;
+    };
+    let acceptor = Acceptor::new(listener);
+    match tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(tls.incoming(acceptor), stopped)
+                .await
+        }
+        None => router.serve_with_incoming_shutdown(acceptor, stopped).await,
+    }
 }
 
 /// What a raw export service needs from a signal's intake.

@@ -36,11 +36,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::in_flight::InFlightLimit;
+use super::tls::ServerTls;
 use super::{Intake, MetricsIntake, TracesIntake};
 use crate::config::{CorsConfig, HttpServerConfig};
 use crate::error::PipelineError;
 use crate::limiter::Reservation;
-use crate::net::{FullBody, serve_http};
+use crate::net::{Acceptor, FullBody, serve_http_on};
 use crate::payload::Arrival;
 
 /// How long open connections may take to finish their requests once `stop` turns true.
@@ -122,12 +123,15 @@ impl Encoding {
 }
 
 /// Serves OTLP/HTTP on `listener` until `stop` turns true, then lets open requests finish.
+/// With `tls` (built from `config.tls`), every connection is a TLS connection offering `h2`
+/// and `http/1.1` by ALPN; without, plaintext HTTP/1.1 and h2c.
 pub async fn serve(
     listener: TcpListener,
     config: HttpServerConfig,
     traces: TracesIntake,
     metrics: MetricsIntake,
     stop: watch::Receiver<bool>,
+    tls: Option<ServerTls>,
 ) {
     let in_flight = InFlightLimit::new(
         config.max_concurrent_requests,
@@ -143,7 +147,11 @@ pub async fn serve(
         let receiver = receiver.clone();
         async move { receiver.handle(request).await }
     };
-    serve_http(listener, handler, stop, DRAIN_GRACE).await;
+    let acceptor = Acceptor::new(listener);
+    match tls {
+        Some(tls) => serve_http_on(tls.incoming(acceptor), handler, stop, DRAIN_GRACE).await,
+        None => serve_http_on(acceptor, handler, stop, DRAIN_GRACE).await,
+    }
 }
 
 struct HttpReceiver {

@@ -1,0 +1,847 @@
+//! TLS and mTLS on both OTLP receivers, with the OpenTelemetry Rust SDK as the client (its
+//! tonic exporter with a `ClientTlsConfig`; its HTTP exporter over a rustls client), and
+//! certificate rotation on disk while a sender keeps sending.
+//!
+//! Every certificate is made here with rcgen: a CA the clients trust, a second CA they do
+//! not, server certificates for 127.0.0.1 and client certificates from both CAs.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use opentelemetry::trace::{Tracer, TracerProvider as _};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tailgate::service::Gateway;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+use crate::support::{self, OtlpSink, SinkBehavior};
+
+/// Spans each client that should get through sends.
+const SPANS: usize = 200;
+
+/// Spans each client that should be refused sends.
+const REFUSED_SPANS: usize = 10;
+
+// === certificates ===
+
+/// A certificate authority made for one test.
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A certificate issued by a [`Ca`], with its key, both PEM, and the certificate's DER.
+#[derive(Clone)]
+struct Leaf {
+    cert_pem: String,
+    key_pem: String,
+    der: Vec<u8>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().expect("CA key");
+        Self {
+            issuer: CertifiedIssuer::self_signed(params, key).expect("CA certificate"),
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A server certificate for 127.0.0.1 and localhost with serial number `serial`.
+    fn server(&self, serial: u64) -> Leaf {
+        self.leaf(serial, ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
+    /// A client certificate.
+    fn client(&self, serial: u64) -> Leaf {
+        self.leaf(serial, ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    fn leaf(&self, serial: u64, usage: ExtendedKeyUsagePurpose) -> Leaf {
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("leaf params");
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("leaf {serial}"));
+        params.serial_number = Some(serial.into());
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().expect("leaf key");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("leaf certificate");
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().to_vec(),
+        }
+    }
+}
+
+/// The serial number in a DER certificate: `Certificate -> TBSCertificate -> [0] version
+/// (optional) -> serialNumber INTEGER`, read as an unsigned number.
+fn serial_of(der: &[u8]) -> u64 {
+    /// One DER element: its tag, its content and what follows it.
+    fn element(input: &[u8]) -> (u8, &[u8], &[u8]) {
+        let tag = input[0];
+        let first = input[1] as usize;
+        let (len, header) = if first < 0x80 {
+            (first, 2)
+        } else {
+            let octets = first & 0x7f;
+            let len = input[2..2 + octets]
+                .iter()
+                .fold(0usize, |len, byte| len << 8 | *byte as usize);
+            (len, 2 + octets)
+        };
+        (tag, &input[header..header + len], &input[header + len..])
+    }
+    let (_, certificate, _) = element(der);
+    let (_, tbs, _) = element(certificate);
+    let (tag, content, rest) = element(tbs);
+    let serial = if tag == 0xa0 {
+        let (tag, serial, _) = element(rest);
+        assert_eq!(tag, 0x02, "serialNumber is an INTEGER");
+        serial
+    } else {
+        content
+    };
+    serial
+        .iter()
+        .fold(0u64, |value, byte| value << 8 | u64::from(*byte))
+}
+
+/// Replaces `path` with `content` at once (written beside it, then renamed over it, as
+/// Kubernetes updates a mounted Secret), so a reload sees the old content or the new, and
+/// the broken states a test writes are exactly the ones it means.
+fn write(path: &Path, content: &str) {
+    let staged = PathBuf::from(format!("{}.staged", path.display()));
+    std::fs::write(&staged, content).expect("write a TLS file");
+    std::fs::rename(&staged, path).expect("replace a TLS file");
+}
+
+/// The server's files in a temporary directory.
+struct ServerFiles {
+    _dir: tempfile::TempDir,
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: PathBuf,
+}
+
+impl ServerFiles {
+    fn new(server: &Leaf, client_ca: Option<&Ca>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = Self {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            client_ca: dir.path().join("client-ca.crt"),
+            _dir: dir,
+        };
+        write(&files.cert, &server.cert_pem);
+        write(&files.key, &server.key_pem);
+        if let Some(ca) = client_ca {
+            write(&files.client_ca, &ca.pem());
+        }
+        files
+    }
+
+    /// The `tls` mapping of both receivers, as YAML flow.
+    fn yaml(&self, mtls: bool, reload_interval: Option<&str>) -> String {
+        let mut yaml = format!(
+            "{{cert_file: '{}', key_file: '{}'",
+            self.cert.display(),
+            self.key.display()
+        );
+        if mtls {
+            yaml.push_str(&format!(", client_ca_file: '{}'", self.client_ca.display()));
+        }
+        if let Some(interval) = reload_interval {
+            yaml.push_str(&format!(", reload_interval: {interval}"));
+        }
+        yaml.push('}');
+        yaml
+    }
+}
+
+/// A gateway exporting to `sink`, both receivers serving TLS with `tls` (YAML flow).
+async fn start_gateway(sink: &OtlpSink, tls: &str) -> Gateway {
+    let base = support::gateway_config(sink.addr, "");
+    let overlay = format!(
+        "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        tls: {tls}
+      http:
+        tls: {tls}
+"
+    );
+    let config = tailgate::config::load_str(&[&base, &overlay]).expect("test config is valid");
+    Gateway::start(config).await.expect("gateway starts")
+}
+
+// === clients ===
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wire {
+    Grpc,
+    Http,
+}
+
+impl Wire {
+    fn transport(self) -> &'static str {
+        match self {
+            Self::Grpc => "transport=\"grpc\"",
+            Self::Http => "transport=\"http\"",
+        }
+    }
+
+    fn addr(self, gateway: &Gateway) -> SocketAddr {
+        match self {
+            Self::Grpc => support::grpc_addr(gateway),
+            Self::Http => support::http_addr(gateway),
+        }
+    }
+}
+
+/// How a client connects.
+#[derive(Clone, Default)]
+struct ClientTls {
+    /// Plaintext when false.
+    tls: bool,
+    /// The CA certificate (PEM) the client trusts.
+    trust: Option<String>,
+    /// The client certificate it presents.
+    identity: Option<Leaf>,
+}
+
+impl ClientTls {
+    fn trusting(ca: &Ca) -> Self {
+        Self {
+            tls: true,
+            trust: Some(ca.pem()),
+            identity: None,
+        }
+    }
+
+    fn with_identity(mut self, leaf: &Leaf) -> Self {
+        self.identity = Some(leaf.clone());
+        self
+    }
+
+    /// A rustls client configuration offering `alpn`.
+    fn rustls(&self, alpn: &[&[u8]]) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(trust) = &self.trust {
+            for cert in CertificateDer::pem_slice_iter(trust.as_bytes()) {
+                roots.add(cert.expect("PEM")).expect("CA certificate");
+            }
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots);
+        let mut config = match &self.identity {
+            Some(leaf) => builder
+                .with_client_auth_cert(
+                    vec![CertificateDer::from(leaf.der.clone())],
+                    PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).expect("key"),
+                )
+                .expect("client certificate"),
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config
+    }
+}
+
+/// The SDK's HTTP exporter over hyper and rustls. The exporter calls it from its own
+/// thread, outside any runtime, so each request runs on the test's runtime.
+#[derive(Clone)]
+struct TlsHttpClient {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for TlsHttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsHttpClient")
+    }
+}
+
+impl TlsHttpClient {
+    fn new(tls: &ClientTls, runtime: tokio::runtime::Handle) -> Self {
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            // hyper-rustls sets ALPN itself (h2, http/1.1).
+            .with_tls_config(tls.rustls(&[]))
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .build();
+        Self {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            runtime,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for TlsHttpClient {
+    async fn send_bytes(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Bytes>, opentelemetry_http::HttpError> {
+        let client = self.client.clone();
+        let answer = self.runtime.spawn(async move {
+            let (parts, body) = request.into_parts();
+            let response = client
+                .request(http::Request::from_parts(parts, Full::new(body)))
+                .await?;
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await?.to_bytes();
+            Ok::<_, opentelemetry_http::HttpError>(http::Response::from_parts(parts, body))
+        });
+        answer.await?
+    }
+}
+
+/// An SDK tracer provider exporting over `wire` to `addr` as `tls` says, with a queue that
+/// holds `capacity` spans (the SDK drops spans silently beyond it).
+fn provider(
+    wire: Wire,
+    addr: SocketAddr,
+    tls: &ClientTls,
+    capacity: usize,
+    runtime: tokio::runtime::Handle,
+) -> SdkTracerProvider {
+    let scheme = if tls.tls { "https" } else { "http" };
+    let exporter = match wire {
+        Wire::Grpc => {
+            let builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(format!("{scheme}://{addr}"));
+            let builder = if tls.tls {
+                let mut config = ClientTlsConfig::new().domain_name("127.0.0.1");
+                if let Some(trust) = &tls.trust {
+                    config = config.ca_certificate(Certificate::from_pem(trust));
+                }
+                if let Some(leaf) = &tls.identity {
+                    config = config.identity(Identity::from_pem(&leaf.cert_pem, &leaf.key_pem));
+                }
+                builder.with_tls_config(config)
+            } else {
+                builder
+            };
+            builder.build()
+        }
+        Wire::Http => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(format!("{scheme}://{addr}/v1/traces"))
+            .with_http_client(TlsHttpClient::new(tls, runtime))
+            .build(),
+    }
+    .expect("exporter builds");
+    let processor = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_max_queue_size(capacity + 1)
+                .with_max_export_batch_size(100)
+                .with_scheduled_delay(Duration::from_millis(20))
+                .build(),
+        )
+        .build();
+    SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .build()
+}
+
+/// Sends `spans` spans with the SDK over `wire` and waits until the SDK has tried to export
+/// them all. Whether they arrived is for the caller to check at the sink.
+async fn send(wire: Wire, addr: SocketAddr, tls: ClientTls, spans: usize) {
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let _guard = runtime.enter();
+        let provider = provider(wire, addr, &tls, spans, runtime.clone());
+        let tracer = provider.tracer("receiver-tls");
+        for i in 0..spans {
+            tracer.in_span(format!("span {i}"), |_| {});
+        }
+        // Export failures are what some tests expect; the sink says what arrived.
+        let _ = provider.force_flush();
+        let _ = provider.shutdown();
+    })
+    .await
+    .expect("SDK thread");
+}
+
+/// The certificate (DER) a new TLS handshake with `addr` is presented, trusting `ca`.
+async fn presented_certificate(addr: SocketAddr, ca: &Ca) -> Vec<u8> {
+    let config = ClientTls::trusting(ca).rustls(&[b"h2"]);
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = ServerName::try_from("127.0.0.1").expect("server name");
+    let tls = connector.connect(name, tcp).await.expect("handshake");
+    let (_, session) = tls.get_ref();
+    session
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .expect("the server presents a certificate")
+        .to_vec()
+}
+
+// === metrics ===
+
+fn accepted(metrics: &str, wire: Wire) -> f64 {
+    support::metric_value(
+        metrics,
+        "otelcol_receiver_accepted_spans_total",
+        &[wire.transport()],
+    )
+}
+
+fn handshake_failures(metrics: &str, wire: Wire, reason: &str) -> f64 {
+    let reason = format!("reason=\"{reason}\"");
+    support::metric_value(
+        metrics,
+        "tailgate_receiver_tls_handshake_failures_total",
+        &[wire.transport(), &reason],
+    )
+}
+
+/// Reloads of the gRPC receiver's files with `result`.
+fn reloads(metrics: &str, result: &str) -> f64 {
+    let result = format!("result=\"{result}\"");
+    support::metric_value(
+        metrics,
+        "tailgate_receiver_tls_reloads_total",
+        &[Wire::Grpc.transport(), &result],
+    )
+}
+
+/// Waits until a handshake failure with `reason` is counted on `wire`'s receiver.
+async fn wait_for_failure(gateway: &Gateway, wire: Wire, reason: &str) -> bool {
+    support::eventually(Duration::from_secs(20), || async {
+        handshake_failures(&support::scrape(gateway).await, wire, reason) >= 1.0
+    })
+    .await
+}
+
+// === tests ===
+
+/// Scenario: both receivers serve TLS with a certificate from a CA; over gRPC and over
+/// HTTP, the SDK trusting that CA sends 200 spans, the SDK trusting only another CA sends
+/// 10, and the SDK in plaintext sends 10.
+/// Guarantees: every span of the trusting clients arrives at the sink and is counted as
+/// accepted; nothing of the others does; their handshakes are counted as peer_rejected
+/// (the client refused the certificate) and not_tls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_serves_clients_that_trust_its_ca() {
+    let ca = Ca::new("tailgate test CA");
+    let other = Ca::new("another CA");
+    let files = ServerFiles::new(&ca.server(1), None);
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let gateway = start_gateway(&sink, &files.yaml(false, None)).await;
+
+    for (round, wire) in [Wire::Grpc, Wire::Http].into_iter().enumerate() {
+        let addr = wire.addr(&gateway);
+        send(wire, addr, ClientTls::trusting(&ca), SPANS).await;
+        let expected = SPANS * (round + 1);
+        let arrived = support::eventually(Duration::from_secs(30), || async {
+            sink.handle.span_count() >= expected
+        })
+        .await;
+        assert!(
+            arrived,
+            "{wire:?}: {} of {expected} spans arrived",
+            sink.handle.span_count()
+        );
+
+        send(wire, addr, ClientTls::trusting(&other), REFUSED_SPANS).await;
+        assert!(
+            wait_for_failure(&gateway, wire, "peer_rejected").await,
+            "{wire:?}: a client not trusting the certificate is counted"
+        );
+        send(wire, addr, ClientTls::default(), REFUSED_SPANS).await;
+        assert!(
+            wait_for_failure(&gateway, wire, "not_tls").await,
+            "{wire:?}: a plaintext client is counted"
+        );
+        let metrics = support::scrape(&gateway).await;
+        assert_eq!(accepted(&metrics, wire), SPANS as f64, "{wire:?}");
+        assert!(
+            support::metric_value(
+                &metrics,
+                "tailgate_receiver_tls_handshakes_total",
+                &[wire.transport()]
+            ) >= 1.0
+        );
+    }
+    let report = gateway.shutdown().await;
+    assert_eq!(report.dropped_spans, 0);
+    assert_eq!(
+        sink.handle.span_count(),
+        2 * SPANS,
+        "only the trusting clients' spans arrive, each once"
+    );
+}
+
+/// Scenario: both receivers require client certificates from a CA (`client_ca_file`); over
+/// gRPC and over HTTP, the SDK sends 10 spans with no client certificate, 10 with one from
+/// another CA, then 200 with one from the right CA.
+/// Guarantees: only the last client's spans arrive, all of them; the first two handshakes
+/// are counted as no_client_certificate and bad_client_certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_refuses_clients_without_a_certificate_from_its_ca() {
+    let ca = Ca::new("tailgate test CA");
+    let clients = Ca::new("client CA");
+    let other = Ca::new("another CA");
+    let files = ServerFiles::new(&ca.server(1), Some(&clients));
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let gateway = start_gateway(&sink, &files.yaml(true, None)).await;
+
+    for (round, wire) in [Wire::Grpc, Wire::Http].into_iter().enumerate() {
+        let addr = wire.addr(&gateway);
+        send(wire, addr, ClientTls::trusting(&ca), REFUSED_SPANS).await;
+        assert!(
+            wait_for_failure(&gateway, wire, "no_client_certificate").await,
+            "{wire:?}: a client without a certificate is refused and counted"
+        );
+        let stranger = ClientTls::trusting(&ca).with_identity(&other.client(7));
+        send(wire, addr, stranger, REFUSED_SPANS).await;
+        assert!(
+            wait_for_failure(&gateway, wire, "bad_client_certificate").await,
+            "{wire:?}: a certificate from another CA is refused and counted"
+        );
+        assert_eq!(
+            accepted(&support::scrape(&gateway).await, wire),
+            0.0,
+            "{wire:?}: nothing of the refused clients is accepted"
+        );
+
+        let member = ClientTls::trusting(&ca).with_identity(&clients.client(8));
+        send(wire, addr, member, SPANS).await;
+        let expected = SPANS * (round + 1);
+        let arrived = support::eventually(Duration::from_secs(30), || async {
+            sink.handle.span_count() >= expected
+        })
+        .await;
+        assert!(
+            arrived,
+            "{wire:?}: {} of {expected} spans arrived",
+            sink.handle.span_count()
+        );
+        assert_eq!(
+            accepted(&support::scrape(&gateway).await, wire),
+            SPANS as f64
+        );
+    }
+    let report = gateway.shutdown().await;
+    assert_eq!(report.dropped_spans, 0);
+    assert_eq!(sink.handle.span_count(), 2 * SPANS);
+}
+
+/// Scenario: the gRPC receiver serves certificate 1 with `reload_interval: 50ms` while the
+/// SDK keeps sending spans over one TLS connection. The files are then rotated the way a
+/// careless tool would: half of certificate 2 written, then all of it beside the old key,
+/// then its key. A new client sends after the rotation.
+/// Guarantees: the two broken states are counted as failed reloads and new handshakes keep
+/// being presented certificate 1 meanwhile; once the pair matches, new handshakes are
+/// presented certificate 2 (its serial read from the handshake); the connection in flight
+/// is untouched, and every span the receiver accepted reaches the sink: sink count ==
+/// accepted count == spans sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_keeps_every_span_and_new_handshakes_see_the_new_certificate() {
+    let ca = Ca::new("tailgate test CA");
+    let first = ca.server(1001);
+    let second = ca.server(2002);
+    let files = ServerFiles::new(&first, None);
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let gateway = start_gateway(&sink, &files.yaml(false, Some("50ms"))).await;
+    let addr = support::grpc_addr(&gateway);
+    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 1001);
+
+    // The sender: bounded in spans and time, paced so that it is still sending while the
+    // files are rotated, stopped once the rotation is checked.
+    const MAX_SPANS: usize = 50_000;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let runtime = tokio::runtime::Handle::current();
+    let sender = {
+        let (stop, sent, tls) = (stop.clone(), sent.clone(), ClientTls::trusting(&ca));
+        tokio::task::spawn_blocking(move || {
+            let _guard = runtime.enter();
+            let provider = provider(Wire::Grpc, addr, &tls, MAX_SPANS, runtime.clone());
+            let tracer = provider.tracer("rotation");
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed)
+                && sent.load(Ordering::Relaxed) < MAX_SPANS
+                && std::time::Instant::now() < deadline
+            {
+                for _ in 0..50 {
+                    tracer.in_span("rotating", |_| {});
+                }
+                sent.fetch_add(50, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            provider.force_flush().expect("every span exported");
+            provider.shutdown().expect("SDK shutdown");
+        })
+    };
+    let sending = support::eventually(Duration::from_secs(20), || async {
+        sink.handle.span_count() > 0
+    })
+    .await;
+    assert!(sending, "spans flow over TLS before the rotation");
+
+    let half = &second.cert_pem[..second.cert_pem.len() / 2];
+    write(&files.cert, half);
+    let counted = support::eventually(Duration::from_secs(20), || async {
+        reloads(&support::scrape(&gateway).await, "failure") >= 1.0
+    })
+    .await;
+    assert!(counted, "a half-written certificate is a failed reload");
+    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 1001);
+
+    write(&files.cert, &second.cert_pem);
+    let counted = support::eventually(Duration::from_secs(20), || async {
+        reloads(&support::scrape(&gateway).await, "failure") >= 2.0
+    })
+    .await;
+    assert!(
+        counted,
+        "a certificate beside the old key is a failed reload"
+    );
+    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 1001);
+
+    write(&files.key, &second.key_pem);
+    let rotated = support::eventually(Duration::from_secs(20), || async {
+        serial_of(&presented_certificate(addr, &ca).await) == 2002
+    })
+    .await;
+    assert!(rotated, "new handshakes see the new certificate");
+    assert_eq!(presented_certificate(addr, &ca).await, second.der);
+    let metrics = support::scrape(&gateway).await;
+    assert_eq!(reloads(&metrics, "success"), 1.0);
+    assert_eq!(reloads(&metrics, "failure"), 2.0);
+
+    stop.store(true, Ordering::Relaxed);
+    sender.await.expect("sender thread");
+    let sent = sent.load(Ordering::Relaxed);
+    assert!(
+        sent < MAX_SPANS,
+        "the sender was still sending when stopped"
+    );
+    send(Wire::Grpc, addr, ClientTls::trusting(&ca), SPANS).await;
+    let total = sent + SPANS;
+    let arrived = support::eventually(Duration::from_secs(30), || async {
+        sink.handle.span_count() >= total
+    })
+    .await;
+    let metrics = support::scrape(&gateway).await;
+    let report = gateway.shutdown().await;
+    assert!(
+        arrived,
+        "{} of {total} spans arrived",
+        sink.handle.span_count()
+    );
+    assert_eq!(report.dropped_spans, 0);
+    assert_eq!(accepted(&metrics, Wire::Grpc), total as f64);
+    assert_eq!(
+        sink.handle.span_count(),
+        total,
+        "sink count == accepted count"
+    );
+    assert_eq!(
+        handshake_failures(&metrics, Wire::Grpc, "closed")
+            + handshake_failures(&metrics, Wire::Grpc, "other"),
+        0.0
+    );
+}
+
+/// Scenario: `tailgate-sink` serving TLS (`--tls-cert`, `--tls-key`) behind a gateway whose
+/// receivers serve TLS and whose exporter trusts the sink's CA; the load generator, with
+/// `--tls-ca`, sends 1,000 spans over gRPC and 1,000 over HTTP/protobuf to the gateway.
+/// Guarantees: the load generator counts every span accepted, and the sink counts every
+/// span it received over TLS: the bench tools measure a TLS path end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loadgen_and_sink_speak_tls() {
+    use tailgate::loadgen::{GeneratorConfig, LoadConfig, Protocol, SendConfig};
+
+    let ca = Ca::new("tailgate test CA");
+    let gateway_files = ServerFiles::new(&ca.server(1), None);
+    let sink_files = ServerFiles::new(&ca.server(2), None);
+    let ca_file = gateway_files.cert.with_file_name("ca.crt");
+    write(&ca_file, &ca.pem());
+    let stats = sink_files.cert.with_file_name("stats.json");
+
+    // The sink needs a port before it starts: take one from the OS and hand it over.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let mut sink = std::process::Command::new(env!("CARGO_BIN_EXE_tailgate-sink"))
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--tls-cert")
+        .arg(&sink_files.cert)
+        .arg("--tls-key")
+        .arg(&sink_files.key)
+        .arg("--stats-file")
+        .arg(&stats)
+        .arg("--max-time")
+        .arg("2m")
+        .spawn()
+        .expect("tailgate-sink starts");
+
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:0
+        tls: {tls}
+      http:
+        endpoint: 127.0.0.1:0
+        tls: {tls}
+processors:
+  batch:
+    send_batch_size: 512
+    timeout: 50ms
+exporters:
+  otlp/sink:
+    endpoint: https://127.0.0.1:{port}
+    tls:
+      ca_file: '{ca}'
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [otlp/sink]
+  telemetry:
+    metrics:
+      address: 127.0.0.1:0
+"#,
+        tls = gateway_files.yaml(false, None),
+        ca = ca_file.display(),
+    );
+    let gateway = support::start_gateway(&config).await;
+
+    let mut sent = 0;
+    for (protocol, addr) in [
+        (Protocol::Grpc, support::grpc_addr(&gateway)),
+        (Protocol::HttpProtobuf, support::http_addr(&gateway)),
+    ] {
+        let load = LoadConfig {
+            generator: GeneratorConfig::default(),
+            send: SendConfig {
+                protocol,
+                endpoint: addr.to_string(),
+                gzip: false,
+                timeout: Duration::from_secs(10),
+                tls_ca: Some(ca_file.clone()),
+            },
+            connections: 2,
+            rate: None,
+            spans: Some(1_000),
+            duration: None,
+            batch_spans: 100,
+            seed: 7,
+            split_ratio: 0.0,
+            lateness: Duration::ZERO,
+            max_attempts: 8,
+            expect: None,
+            progress: false,
+        };
+        let summary = tailgate::loadgen::run(load).await.expect("the load runs");
+        assert!(summary.sent_spans >= 1_000, "{protocol:?}: {summary:?}");
+        assert_eq!(
+            summary.accepted_spans, summary.sent_spans,
+            "{protocol:?}: every span accepted over TLS: {summary:?}"
+        );
+        sent += summary.sent_spans;
+    }
+
+    let spans_at_sink = || {
+        std::fs::read_to_string(&stats)
+            .ok()
+            .and_then(|json| serde_json::from_str::<serde_json::Value>(&json).ok())
+            .and_then(|stats| stats["spans"].as_u64())
+            .unwrap_or(0)
+    };
+    let arrived = support::eventually(Duration::from_secs(60), || async {
+        spans_at_sink() >= sent
+    })
+    .await;
+    let report = gateway.shutdown().await;
+    let _ = sink.kill();
+    let _ = sink.wait();
+    assert!(
+        arrived,
+        "{} of {sent} spans reached the sink",
+        spans_at_sink()
+    );
+    assert_eq!(spans_at_sink(), sent);
+    assert_eq!(report.dropped_spans, 0);
+}
+
+/// Scenario: a config with TLS on both receivers validates; then the key file is removed
+/// before the gateway starts.
+/// Guarantees: the start fails, naming the receiver, protocol and key of the missing file,
+/// instead of serving one protocol without TLS or failing later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gone_since_validation_fails_the_start() {
+    let ca = Ca::new("tailgate test CA");
+    let files = ServerFiles::new(&ca.server(1), None);
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let base = support::gateway_config(sink.addr, "");
+    let tls = files.yaml(false, None);
+    let overlay = format!(
+        "receivers: {{otlp: {{protocols: {{grpc: {{tls: {tls}}}, http: {{tls: {tls}}}}}}}}}"
+    );
+    let config =
+        tailgate::config::load_str(&[&base, &overlay]).expect("valid while the files exist");
+    std::fs::remove_file(&files.key).expect("remove the key");
+    let error = match Gateway::start(config).await {
+        Ok(_) => panic!("the gateway must not start without its key"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.starts_with(&format!(
+            "receivers.otlp.protocols.grpc.tls.key_file: cannot read {}",
+            files.key.display()
+        )),
+        "{error}"
+    );
+}
