@@ -171,6 +171,11 @@ fn is_connection_error(error: &std::io::Error) -> bool {
     )
 }
 
+/// The address of the client a request came from, put in the request's extensions by
+/// [`serve_http`] (for logs only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
 /// Serves HTTP/1.1 and cleartext HTTP/2 on `listener` until `stop` turns true, then stops
 /// accepting and waits up to `grace` for open connections to finish their requests.
 ///
@@ -195,8 +200,12 @@ pub async fn serve_http<H, F>(
             stream = acceptor.accept() => {
                 let handler = handler.clone();
                 let mut conn_stop = conn_stop_rx.clone();
+                let peer = stream.peer_addr().ok().map(PeerAddr);
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
+                    let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+                        if let Some(peer) = peer {
+                            request.extensions_mut().insert(peer);
+                        }
                         let handler = handler.clone();
                         async move { Ok::<_, Infallible>(handler(request).await) }
                     });

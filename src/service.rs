@@ -17,7 +17,8 @@ use crate::net::{BindError, bind, local_addr};
 use crate::payload::{MetricsSink, TracesSink};
 use crate::pipeline::{BuildError, Pipelines, build_pipelines};
 use crate::receiver::{
-    MetricsIntake, ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http,
+    Authenticator, MetricsIntake, ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc,
+    otlp_http,
 };
 use crate::telemetry::{self, Health, HealthState};
 
@@ -204,14 +205,34 @@ impl Gateway {
             )
         };
 
+        // One authenticator per extension, shared by the servers that name it (one token
+        // file watched, one cache).
+        let authenticators: BTreeMap<&ComponentId, Authenticator> = config
+            .service
+            .extensions
+            .iter()
+            .filter_map(|id| Some((id, Authenticator::new(id, config.extensions.get(id)?)?)))
+            .collect();
+        let authenticator = |auth: Option<&ComponentId>| {
+            auth.and_then(|id| {
+                authenticators
+                    .iter()
+                    .find(|(extension, _)| extension.kind == id.kind && extension.name == id.name)
+                    .map(|(_, authenticator)| authenticator.clone())
+            })
+        };
+
         let mut receiver_tasks = Vec::new();
         for (id, grpc, listener) in grpc_listeners {
             let intake = traces_intake(&id, Transport::Grpc);
             let metrics = metrics_intake(&id, Transport::Grpc);
+            let auth = authenticator(grpc.auth.as_ref());
             tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener));
             let stop = receivers_stopped.clone();
             receiver_tasks.push(tokio::spawn(async move {
-                if let Err(error) = otlp_grpc::serve(listener, grpc, intake, metrics, stop).await {
+                if let Err(error) =
+                    otlp_grpc::serve(listener, grpc, intake, metrics, auth, stop).await
+                {
                     tracing::error!(event = "receiver.grpc.failed", receiver = %id, error = %error);
                 }
             }));
@@ -219,12 +240,14 @@ impl Gateway {
         for (id, http, listener) in http_listeners {
             let intake = traces_intake(&id, Transport::Http);
             let metrics = metrics_intake(&id, Transport::Http);
+            let auth = authenticator(http.auth.as_ref());
             tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener));
             receiver_tasks.push(tokio::spawn(otlp_http::serve(
                 listener,
                 http,
                 intake,
                 metrics,
+                auth,
                 receivers_stopped.clone(),
             )));
         }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
+use super::auth;
 use super::common::{HeaderRules, MIB, Reader, bytes, headers, tls_client};
 use super::defaults;
 use super::endpoint;
@@ -140,11 +141,7 @@ fn otlp_receiver(problems: &mut Problems, otlp: &Fields<'_>) -> ReceiverConfig {
 
 /// The Collector keys that neither OTLP server (`protocols.grpc`, `protocols.http`)
 /// implements.
-const SERVER_NOT_YET: [(&str, &str); 3] = [
-    ("tls", NOT_YET),
-    ("auth", NOT_YET),
-    ("middlewares", NOT_YET),
-];
+const SERVER_NOT_YET: [(&str, &str); 2] = [("tls", NOT_YET), ("middlewares", NOT_YET)];
 
 /// The keys of `protocols.grpc`.
 const GRPC_KEYS: &[&str] = &[
@@ -156,10 +153,11 @@ const GRPC_KEYS: &[&str] = &[
     "read_buffer_size",
     "write_buffer_size",
     "include_metadata",
+    "auth",
 ];
 
 /// The Collector keys of `protocols.grpc` that tailgate does not implement.
-const GRPC_NOT_YET: [(&str, &str); 4] = concat(SERVER_NOT_YET, [("keepalive", NOT_YET)]);
+const GRPC_NOT_YET: [(&str, &str); 3] = concat(SERVER_NOT_YET, [("keepalive", NOT_YET)]);
 
 /// `protocols.grpc`.
 ///
@@ -209,6 +207,7 @@ fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerCon
             .unwrap_or(defaults::GRPC_MAX_RECV_MSG_SIZE_MIB * MIB as usize),
         max_concurrent_streams,
         max_concurrent_requests,
+        auth: auth::server_auth(problems, &grpc),
     }
 }
 
@@ -231,10 +230,11 @@ const HTTP_KEYS: &[&str] = &[
     "max_concurrent_requests",
     "cors",
     "include_metadata",
+    "auth",
 ];
 
 /// The Collector keys of `protocols.http` that tailgate does not implement.
-const HTTP_NOT_YET: [(&str, &str); 9] = concat(
+const HTTP_NOT_YET: [(&str, &str); 8] = concat(
     SERVER_NOT_YET,
     [
         ("compression_algorithms", NOT_YET),
@@ -292,6 +292,7 @@ fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerCon
         max_request_body_size,
         max_concurrent_requests,
         cors,
+        auth: auth::server_auth(problems, &http),
     }
 }
 
@@ -598,10 +599,13 @@ fn debug_exporter(problems: &mut Problems, debug: &Fields<'_>) -> DebugExporterC
 
 // === extensions ===
 
-/// The reader of `extensions.<id>`: `health_check` or `file_storage`.
+/// The reader of `extensions.<id>`: `health_check`, `file_storage`, `bearertokenauth` or
+/// `basicauth`.
 pub(crate) fn extension(id: &ComponentId) -> &'static Reader<ExtensionConfig> {
     match id.kind.as_str() {
         "file_storage" => &FILE_STORAGE,
+        "bearertokenauth" => &auth::BEARER_TOKEN_AUTH,
+        "basicauth" => &auth::BASIC_AUTH,
         _ => &HEALTH_CHECK,
     }
 }

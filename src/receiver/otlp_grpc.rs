@@ -8,7 +8,8 @@
 //! with a message at once, without reading the request.
 //!
 //! Admission (see the [module docs](super)) happens before the message is read: the
-//! service reads only the 5-byte gRPC frame header, which carries the message length, and
+//! credentials are checked first when the server has an authenticator (a refusal is
+//! `UNAUTHENTICATED`), then the service reads only the 5-byte gRPC frame header, which carries the message length, and
 //! reserves that length (uncompressed), or the compressed length plus
 //! `max_recv_msg_size_mib` (compressed: the decompressed size is known only once tonic has
 //! inflated it, within that maximum). After decoding, the reservation shrinks to the
@@ -32,7 +33,7 @@ use tonic::codec::{BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decode
 use tonic::server::{NamedService, UnaryService};
 
 use super::in_flight::InFlightLimit;
-use super::{Intake, MetricsIntake, TracesIntake};
+use super::{Authenticator, Intake, MetricsIntake, TracesIntake};
 use crate::config::GrpcServerConfig;
 use crate::error::PipelineError;
 use crate::limiter::Reservation;
@@ -49,7 +50,7 @@ const LOGS_SERVICE: &str = "opentelemetry.proto.collector.logs.v1.LogsService";
 const FRAME_HEADER_LEN: usize = 5;
 
 /// Serves OTLP/gRPC on `listener` until `stop` turns true, then finishes in-flight
-/// requests and returns.
+/// requests and returns. With `auth`, every export request must pass it first.
 ///
 /// # Errors
 ///
@@ -59,6 +60,7 @@ pub async fn serve(
     config: GrpcServerConfig,
     traces: TracesIntake,
     metrics: MetricsIntake,
+    auth: Option<Authenticator>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     // One limit for both services: it bounds the receiver's requests, whatever the signal.
@@ -70,12 +72,14 @@ pub async fn serve(
         intake: traces,
         max_message_size: config.max_recv_msg_size,
         in_flight: in_flight.clone(),
+        auth: auth.clone(),
     };
     let (raw_metrics_service, metrics_service) = if metrics.has_pipeline() {
         let raw = RawExportService {
             intake: metrics,
             max_message_size: config.max_recv_msg_size,
             in_flight,
+            auth,
         };
         (Some(raw), None)
     } else {
@@ -121,6 +125,8 @@ struct RawExportService<I> {
     intake: I,
     max_message_size: usize,
     in_flight: InFlightLimit,
+    /// Checked before anything else is done for a request.
+    auth: Option<Authenticator>,
 }
 
 impl<I: RawIntake> NamedService for RawExportService<I> {
@@ -154,17 +160,29 @@ where
             ));
             return Box::pin(async move { Ok(status.into_http()) });
         }
-        let permit = match self.in_flight.try_acquire() {
-            Ok(permit) => permit,
-            Err(error) => {
-                self.intake.refuse_too_many();
-                return Box::pin(async move { Ok(error.grpc_status().into_http()) });
-            }
-        };
         let intake = self.intake.clone();
         let max_message_size = self.max_message_size;
+        let in_flight = self.in_flight.clone();
+        let auth = self.auth.clone();
         Box::pin(async move {
-            let _permit = permit;
+            // Credentials first: a sender without them takes no slot and no memory.
+            if let Some(auth) = auth {
+                let peer = request
+                    .extensions()
+                    .get::<tonic::transport::server::TcpConnectInfo>()
+                    .and_then(|info| info.remote_addr());
+                if let Err(error) = auth.authenticate(request.headers(), peer).await {
+                    intake.refuse(&error);
+                    return Ok(error.grpc_status().into_http());
+                }
+            }
+            let _permit = match in_flight.try_acquire() {
+                Ok(permit) => permit,
+                Err(error) => {
+                    intake.refuse_too_many();
+                    return Ok(error.grpc_status().into_http());
+                }
+            };
             // Admission before the message is read or decoded: only its frame header.
             let (parts, body) = request.into_parts();
             let mut body = Peeked::new(body);
@@ -527,6 +545,7 @@ mod tests {
             intake,
             max_message_size: 4 << 20,
             in_flight,
+            auth: None,
         };
         (service, registry)
     }
