@@ -638,3 +638,66 @@ service:
         );
     }
 }
+
+/// A bounded load run of 300 spans over `protocol` to `endpoint` with `token`.
+async fn load(
+    protocol: tailgate::loadgen::Protocol,
+    endpoint: String,
+    token: Option<&str>,
+) -> tailgate::loadgen::Summary {
+    tailgate::loadgen::run(tailgate::loadgen::LoadConfig {
+        generator: tailgate::loadgen::GeneratorConfig::default(),
+        send: tailgate::loadgen::SendConfig {
+            protocol,
+            endpoint,
+            gzip: false,
+            timeout: Duration::from_secs(10),
+            token: token.map(|token| tailgate::config::Secret::new(token.to_owned())),
+        },
+        connections: 1,
+        rate: None,
+        spans: Some(300),
+        duration: Some(Duration::from_secs(30)),
+        batch_spans: 100,
+        seed: 7,
+        split_ratio: 0.0,
+        lateness: Duration::ZERO,
+        max_attempts: 1,
+        expect: None,
+        progress: false,
+    })
+    .await
+    .expect("the run starts")
+}
+
+/// Scenario: both receivers require a bearer token; the load generator runs over gRPC and
+/// over HTTP/protobuf with `--token` set to it, then with a wrong token.
+/// Guarantees: with the token every span it sent is accepted on both protocols (so it
+/// sends `authorization: Bearer <token>` on both); with a wrong one none is, each request
+/// is refused for good (not retried), and the reported error names no token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_generator_sends_its_token_on_both_protocols() {
+    use tailgate::loadgen::Protocol;
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let extensions = "  bearertokenauth:\n    token: load-token-5150\n";
+    let gateway =
+        support::start_gateway(&auth_config(sink.addr, extensions, "bearertokenauth")).await;
+    let grpc = support::grpc_addr(&gateway).to_string();
+    let http = format!("http://{}/v1/traces", support::http_addr(&gateway));
+    for (protocol, endpoint) in [(Protocol::Grpc, &grpc), (Protocol::HttpProtobuf, &http)] {
+        let summary = load(protocol, endpoint.clone(), Some("load-token-5150")).await;
+        assert!(summary.sent_spans >= 300, "{protocol:?}: {summary:?}");
+        assert_eq!(
+            summary.accepted_spans, summary.sent_spans,
+            "{protocol:?}: {summary:?}"
+        );
+        let refused = load(protocol, endpoint.clone(), Some("load-token-0000")).await;
+        assert_eq!(refused.accepted_spans, 0, "{protocol:?}: {refused:?}");
+        assert_eq!(refused.refused_spans, refused.sent_spans, "{protocol:?}");
+        assert_eq!(refused.retried_spans, 0, "{protocol:?}: retried");
+        let error = refused.first_error.clone().unwrap_or_default();
+        assert!(error.contains("authentication failed"), "{error}");
+        assert!(!error.contains("load-token"), "{error}");
+    }
+    gateway.shutdown().await;
+}

@@ -98,6 +98,10 @@ struct Args {
     /// No live progress line (it only shows when stderr is a terminal anyway).
     #[arg(long)]
     quiet: bool,
+    /// Send `authorization: Bearer TOKEN` with every request (gRPC metadata or HTTP
+    /// header), for a receiver that requires a bearertokenauth token.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| args.protocol.default_endpoint().to_owned()),
             gzip: args.gzip,
             timeout: args.timeout,
+            token: args.token.map(tailgate::config::Secret::new),
         },
         connections: args.connections,
         rate: args.rate,
