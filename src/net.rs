@@ -179,8 +179,9 @@ pub struct PeerAddr(pub SocketAddr);
 /// Serves HTTP/1.1 and cleartext HTTP/2 on `listener` until `stop` turns true, then stops
 /// accepting and waits up to `grace` for open connections to finish their requests.
 ///
-/// `handler` is called once per request; it must not panic. Connections that are still
-/// busy after `grace` are dropped.
+/// `handler` is called once per request, with the client's address in the request's
+/// extensions as a [`PeerAddr`]; it must not panic. Connections that are still busy after
+/// `grace` are dropped.
 pub async fn serve_http<H, F>(
     listener: TcpListener,
     handler: H,

@@ -664,6 +664,64 @@ mod tests {
         assert_eq!(limiter.budget().used(), 0);
     }
 
+    /// Scenario: a trace service that requires the bearer token `t0k`, with the memory
+    /// budget full; requests whose body never arrives (only headers), without a token, with
+    /// a wrong one, and one with the token and a frame header declaring 800 bytes.
+    /// Guarantees: the first two are answered UNAUTHENTICATED at once, without reading the
+    /// body (it never comes) or asking the budget (nothing counted as overloaded, nothing
+    /// reserved), counted as unauthenticated; the third passes authentication and only
+    /// then meets the memory limit (UNAVAILABLE, overloaded).
+    #[tokio::test]
+    async fn refuses_without_credentials_before_reading_or_reserving() {
+        use crate::config::{BearerTokenAuthConfig, BearerTokens, ExtensionConfig, Secret};
+        let limiter = limiter(1000);
+        let (mut service, registry) = service(&limiter, 8);
+        let config = ExtensionConfig::BearerTokenAuth(BearerTokenAuthConfig {
+            scheme: "Bearer".into(),
+            header: "Authorization".into(),
+            tokens: BearerTokens::Inline(vec![Secret::new("t0k".into())]),
+        });
+        service.auth = Authenticator::new(&ComponentId::literal("bearertokenauth"), &config);
+        limiter.budget().charge(1000);
+        for authorization in [None, Some("Bearer wrong")] {
+            let never: StreamBody<tokio_stream::Pending<Result<Frame<Bytes>, Infallible>>> =
+                StreamBody::new(tokio_stream::pending());
+            let mut request = http::Request::post(TRACE_EXPORT_PATH)
+                .header("content-type", "application/grpc")
+                .body(never)
+                .expect("request");
+            if let Some(value) = authorization {
+                request.headers_mut().insert(
+                    http::header::AUTHORIZATION,
+                    http::HeaderValue::from_static(value),
+                );
+            }
+            let response = tokio::time::timeout(Duration::from_secs(10), service.call(request))
+                .await
+                .expect("answered without the body")
+                .expect("infallible");
+            assert_eq!(
+                grpc_status(&response),
+                Some(tonic::Code::Unauthenticated),
+                "{authorization:?}"
+            );
+        }
+        assert_eq!(refused(&registry, "unauthenticated"), 2);
+        assert_eq!(refused(&registry, "overloaded"), 0);
+        assert_eq!(limiter.budget().used(), 1000);
+
+        let mut request = export(frame(800, &[]));
+        request.headers_mut().insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_static("Bearer t0k"),
+        );
+        let response = service.call(request).await.expect("infallible");
+        assert_eq!(grpc_status(&response), Some(tonic::Code::Unavailable));
+        assert_eq!(refused(&registry, "overloaded"), 1);
+        assert_eq!(refused(&registry, "unauthenticated"), 2);
+        limiter.budget().release(1000);
+    }
+
     /// Scenario: a trace service with room for one request in flight, which is taken.
     /// Guarantees: the next request is refused UNAVAILABLE at once and counted as
     /// too_many_requests; once the slot is free, requests go through again.
