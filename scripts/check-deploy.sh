@@ -121,25 +121,30 @@ mkdir -p "$WORK/rendered" "$WORK/promtool" "$WORK/configs"
 
 # === render ===
 
-# name -> kustomization directory. homelab-minimal is homelab with the minimal-pipeline
-# component, rendered from a throwaway kustomization under target/.
-mkdir -p "$WORK/variants/homelab-minimal"
-cat >"$WORK/variants/homelab-minimal/kustomization.yaml" <<'KUST'
+# name -> kustomization directory. homelab-minimal and homelab-bearer-token are homelab
+# with the minimal-pipeline or bearer-token component, rendered from throwaway
+# kustomizations under target/.
+for component in minimal-pipeline bearer-token; do
+  variant="homelab-${component%-pipeline}"
+  mkdir -p "$WORK/variants/$variant"
+  cat >"$WORK/variants/$variant/kustomization.yaml" <<KUST
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
   - ../../../../deploy/overlays/homelab
 components:
-  - ../../../../deploy/components/minimal-pipeline
+  - ../../../../deploy/components/$component
 KUST
+done
 declare -A TARGETS=(
   [base]=deploy/base
   [monitoring]=deploy/monitoring
   [homelab]=deploy/overlays/homelab
   [production]=deploy/overlays/production
   [homelab-minimal]="$WORK/variants/homelab-minimal"
+  [homelab-bearer-token]="$WORK/variants/homelab-bearer-token"
 )
-RENDER_ORDER=(base monitoring homelab production homelab-minimal)
+RENDER_ORDER=(base monitoring homelab production homelab-minimal homelab-bearer-token)
 for overlay in deploy/overlays/*/; do
   name="$(basename "$overlay")"
   [[ -n "${TARGETS[$name]:-}" ]] || { TARGETS[$name]="${overlay%/}"; RENDER_ORDER+=("$name"); }
@@ -157,7 +162,7 @@ render_all() {
   done
   return "$ok"
 }
-check "kubectl kustomize (base, monitoring, every overlay, homelab+minimal-pipeline)" render_all
+check "kubectl kustomize (base, monitoring, every overlay, homelab+minimal-pipeline, homelab+bearer-token)" render_all
 
 # === schemas ===
 
@@ -190,7 +195,8 @@ check "schema validation (kubernetes-validate --strict ${KUBE_VERSIONS[*]}; CRDs
 
 check "deployment invariants (grace period, probes, env, several replicas only in one tier)" \
   "${DEPLOYCHECK[@]}" invariants "$WORK"/rendered/base.yaml "$WORK"/rendered/homelab.yaml \
-  "$WORK"/rendered/production.yaml "$WORK"/rendered/homelab-minimal.yaml "$WORK"/rendered/homelab-ha.yaml
+  "$WORK"/rendered/production.yaml "$WORK"/rendered/homelab-minimal.yaml "$WORK"/rendered/homelab-ha.yaml \
+  "$WORK"/rendered/homelab-bearer-token.yaml
 
 # === alert rules ===
 
@@ -265,9 +271,20 @@ if [[ -n "${TAILGATE_BIN:-}" ]]; then
         fi
       done
     done
+    # A config overlay is valid only merged over a pipeline config, as the Deployment runs it.
+    dir="$WORK/configs/homelab-bearer-token"
+    "${DEPLOYCHECK[@]}" extract-configs "$WORK/rendered/homelab-bearer-token.yaml" "$dir" >/dev/null || ok=1
+    for file in config.yaml one-tier.yaml minimal.yaml; do
+      if "$TAILGATE_BIN" validate --config "$dir/$file" --config "$dir/bearer-token.yaml"; then
+        echo "ok: homelab-bearer-token/$file + bearer-token.yaml"
+      else
+        echo "FAIL: homelab-bearer-token/$file + bearer-token.yaml"
+        ok=1
+      fi
+    done
     return "$ok"
   }
-  check "tailgate validate (config.yaml and minimal.yaml of every rendered ConfigMap)" validate_configs
+  check "tailgate validate (every config of every rendered ConfigMap; bearer-token.yaml merged over each)" validate_configs
 else
   skip "tailgate validate" "TAILGATE_BIN is not set"
 fi

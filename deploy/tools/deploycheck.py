@@ -396,6 +396,17 @@ def check_one_tier(where, config, hand_off, pod_labels, container, docs):
     return problems
 
 
+def merge_config(base, over):
+    """`over` merged into `base` as tailgate (and the Collector) merge --config files:
+    mappings deeply, anything else (lists included) replaced."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return over
+    merged = dict(base)
+    for k, v in over.items():
+        merged[k] = merge_config(base.get(k), v) if k in base else v
+    return merged
+
+
 def cmd_invariants(files):
     problems, checked = [], 0
     for path in files:
@@ -439,18 +450,24 @@ def cmd_invariants(files):
             limits = container.get("resources", {}).get("limits", {})
             if "memory" not in limits:
                 problems.append(f"{where}: memory limit missing (memory_limiter percentages need it)")
+            # Several --config files are merged in order, as tailgate merges them (a
+            # component's config overlay, e.g. deploy/components/bearer-token).
             args = [a for a in container.get("args", []) if a.startswith("--config=")]
-            if len(args) != 1:
-                problems.append(f"{where}: expected one --config=/etc/tailgate/KEY argument")
+            if not args:
+                problems.append(f"{where}: expected --config=/etc/tailgate/KEY arguments")
                 continue
-            key = args[0].split("=", 1)[1].removeprefix("/etc/tailgate/")
+            keys = [a.split("=", 1)[1].removeprefix("/etc/tailgate/") for a in args]
+            key = " + ".join(keys)
             volume = [v for v in pod.get("volumes", []) if v["name"] == "config"]
             cm = volume[0]["configMap"]["name"] if volume else None
             data = configmaps.get(cm)
-            if data is None or key not in data:
-                problems.append(f"{where}: {args[0]} is not a key of ConfigMap {cm}")
+            missing = [a for a, k in zip(args, keys) if data is None or k not in data]
+            if missing:
+                problems.append(f"{where}: {', '.join(missing)} not a key of ConfigMap {cm}")
                 continue
-            config = yaml.safe_load(data[key]) or {}
+            config = {}
+            for k in keys:
+                config = merge_config(config, yaml.safe_load(data[k]) or {})
             defined = {e["name"] for e in container.get("env", [])}
             for name in sorted(env_references(config) - defined):
                 problems.append(f"{where}: {key} expands ${{env:{name}}} but the container does not set {name}")
