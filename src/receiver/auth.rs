@@ -657,4 +657,64 @@ mod tests {
                 .starts_with("Basic realm=")
         );
     }
+
+    /// Scenario: a basicauth with a bcrypt user whose waiting room for bcrypt checks is
+    /// full; a request with an uncached right password, then one with the password cached.
+    /// Guarantees: the uncached one is refused as overloaded (retryable), not as
+    /// unauthenticated and not held; once cached, the same credentials pass without a
+    /// bcrypt check, room or not.
+    #[tokio::test]
+    async fn bcrypt_checks_are_bounded_and_cached() {
+        let mut users = Htpasswd::default();
+        users
+            .add("b:$2y$05$bvIG6Nmid91Mu9RcmmWZfO5HJIMCT8riNW0hEp8f6/FuA2/mHZFpe\n")
+            .expect("valid");
+        let config = ExtensionConfig::BasicAuth(BasicAuthConfig {
+            file: None,
+            inline: None,
+            users,
+        });
+        let auth = Authenticator::new(&ComponentId::literal("basicauth"), &config).expect("auth");
+        let Kind::Basic(basic) = &auth.inner.kind else {
+            panic!("basic");
+        };
+        let full = basic
+            .waiting
+            .clone()
+            .try_acquire_many_owned(MAX_BCRYPT_WAITING as u32)
+            .expect("all permits");
+        let right = headers(Some(&basic_header("b", "password")));
+        let refused = auth.authenticate(&right, None).await;
+        assert!(
+            matches!(refused, Err(PipelineError::Overloaded { .. })),
+            "{refused:?}"
+        );
+        drop(full);
+        assert!(auth.authenticate(&right, None).await.is_ok());
+        let _full = basic
+            .waiting
+            .clone()
+            .try_acquire_many_owned(MAX_BCRYPT_WAITING as u32)
+            .expect("all permits");
+        assert!(auth.authenticate(&right, None).await.is_ok(), "cached");
+    }
+
+    /// Scenario: five refused requests within one log interval, then one after it (paused
+    /// time).
+    /// Guarantees: the first is logged, the next four only counted, and the one after the
+    /// interval is logged again with the count, which then starts over.
+    #[tokio::test(start_paused = true)]
+    async fn refusals_are_logged_at_most_once_per_interval() {
+        let auth = bearer(BearerTokens::Inline(vec![Secret::new("a1".into())]));
+        let unlogged = |auth: &Authenticator| auth.inner.log.lock().expect("log").unlogged;
+        for _ in 0..5 {
+            assert!(!admits(&auth, Some("Bearer no")).await);
+        }
+        assert_eq!(unlogged(&auth), 4);
+        tokio::time::advance(REFUSAL_LOG_INTERVAL).await;
+        assert!(!admits(&auth, None).await);
+        assert_eq!(unlogged(&auth), 0);
+        assert!(!admits(&auth, None).await);
+        assert_eq!(unlogged(&auth), 1);
+    }
 }
