@@ -9,11 +9,11 @@
 //!
 //! Admission (see the [module docs](super)) happens before the message is read: the
 //! credentials are checked first when the server has an authenticator (a refusal is
-//! `UNAUTHENTICATED`), then the service reads only the 5-byte gRPC frame header, which carries the message length, and
-//! reserves that length (uncompressed), or the compressed length plus
-//! `max_recv_msg_size_mib` (compressed: the decompressed size is known only once tonic has
-//! inflated it, within that maximum). After decoding, the reservation shrinks to the
-//! message and travels with it into the pipeline.
+//! `UNAUTHENTICATED`), then the service reads only the 5-byte gRPC frame header, which
+//! carries the message length, and reserves that length (uncompressed), or the compressed
+//! length plus `max_recv_msg_size_mib` (compressed: the decompressed size is known only
+//! once tonic has inflated it, within that maximum). After decoding, the reservation
+//! shrinks to the message and travels with it into the pipeline.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
