@@ -168,6 +168,7 @@ async fn grpc_export(gateway: &Gateway, authorization: Option<&str>, name: &str)
 struct HttpAnswer {
     status: u16,
     www_authenticate: Option<String>,
+    retry_after: Option<String>,
     /// The `google.rpc.Status` code of an error body.
     grpc_code: Option<i32>,
 }
@@ -192,6 +193,11 @@ async fn http_export(gateway: &Gateway, authorization: Option<&str>, name: &str)
             .get("www-authenticate")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = response.bytes().map(|b| b.to_vec()).unwrap_or_default();
         let grpc_code = (status != 200)
             .then(|| tonic_types::Status::decode(body.as_slice()).ok())
@@ -200,6 +206,7 @@ async fn http_export(gateway: &Gateway, authorization: Option<&str>, name: &str)
         HttpAnswer {
             status,
             www_authenticate,
+            retry_after,
             grpc_code,
         }
     })
@@ -249,7 +256,8 @@ async fn arrived(sink: &OtlpSink, name: &str, count: usize) -> usize {
 
 /// Refused requests over both transports with `wrong` credentials (each a full
 /// `authorization` value, or `None` for no header): asserts UNAUTHENTICATED / 401 with
-/// `challenge` (a prefix of `WWW-Authenticate`) and the `Unauthenticated` code in the body.
+/// `challenge` (a prefix of `WWW-Authenticate`), no `Retry-After`, and the
+/// `Unauthenticated` code in the body.
 async fn assert_refused(gateway: &Gateway, wrong: &[Option<&str>], challenge: &str) {
     for value in wrong {
         assert_eq!(
@@ -272,6 +280,7 @@ async fn assert_refused(gateway: &Gateway, wrong: &[Option<&str>], challenge: &s
             Some(tonic::Code::Unauthenticated as i32),
             "HTTP body with {value:?}"
         );
+        assert_eq!(answer.retry_after, None, "not retryable: {value:?}");
     }
 }
 
