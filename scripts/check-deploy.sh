@@ -121,36 +121,31 @@ mkdir -p "$WORK/rendered" "$WORK/promtool" "$WORK/configs"
 
 # === render ===
 
-# name -> kustomization directory. homelab-minimal is homelab with the minimal-pipeline
-# component, rendered from a throwaway kustomization under target/.
-mkdir -p "$WORK/variants/homelab-minimal"
-cat >"$WORK/variants/homelab-minimal/kustomization.yaml" <<'KUST'
+# name -> kustomization directory. homelab-minimal, homelab-bearer-token and homelab-tls
+# are homelab with the minimal-pipeline, bearer-token or tls component (a cert-manager
+# Certificate, receivers on TLS), rendered from throwaway kustomizations under target/.
+for component in minimal-pipeline bearer-token tls; do
+  variant="homelab-${component%-pipeline}"
+  mkdir -p "$WORK/variants/$variant"
+  cat >"$WORK/variants/$variant/kustomization.yaml" <<KUST
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
   - ../../../../deploy/overlays/homelab
 components:
-  - ../../../../deploy/components/minimal-pipeline
+  - ../../../../deploy/components/$component
 KUST
-# homelab-tls is homelab with the tls component (cert-manager Certificate, receivers on TLS).
-mkdir -p "$WORK/variants/homelab-tls"
-cat >"$WORK/variants/homelab-tls/kustomization.yaml" <<'KUST'
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../../../../deploy/overlays/homelab
-components:
-  - ../../../../deploy/components/tls
-KUST
+done
 declare -A TARGETS=(
   [base]=deploy/base
   [monitoring]=deploy/monitoring
   [homelab]=deploy/overlays/homelab
   [production]=deploy/overlays/production
   [homelab-minimal]="$WORK/variants/homelab-minimal"
+  [homelab-bearer-token]="$WORK/variants/homelab-bearer-token"
   [homelab-tls]="$WORK/variants/homelab-tls"
 )
-RENDER_ORDER=(base monitoring homelab production homelab-minimal homelab-tls)
+RENDER_ORDER=(base monitoring homelab production homelab-minimal homelab-bearer-token homelab-tls)
 for overlay in deploy/overlays/*/; do
   name="$(basename "$overlay")"
   [[ -n "${TARGETS[$name]:-}" ]] || { TARGETS[$name]="${overlay%/}"; RENDER_ORDER+=("$name"); }
@@ -168,7 +163,7 @@ render_all() {
   done
   return "$ok"
 }
-check "kubectl kustomize (base, monitoring, every overlay, homelab+minimal-pipeline, homelab+tls)" render_all
+check "kubectl kustomize (base, monitoring, every overlay, homelab+minimal-pipeline, homelab+bearer-token, homelab+tls)" render_all
 
 # === schemas ===
 
@@ -202,7 +197,7 @@ check "schema validation (kubernetes-validate --strict ${KUBE_VERSIONS[*]}; CRDs
 check "deployment invariants (grace period, probes, env, several replicas only in one tier)" \
   "${DEPLOYCHECK[@]}" invariants "$WORK"/rendered/base.yaml "$WORK"/rendered/homelab.yaml \
   "$WORK"/rendered/production.yaml "$WORK"/rendered/homelab-minimal.yaml "$WORK"/rendered/homelab-ha.yaml \
-  "$WORK"/rendered/homelab-tls.yaml
+  "$WORK"/rendered/homelab-tls.yaml "$WORK"/rendered/homelab-bearer-token.yaml
 
 # === alert rules ===
 
@@ -277,9 +272,20 @@ if [[ -n "${TAILGATE_BIN:-}" ]]; then
         fi
       done
     done
+    # A config overlay is valid only merged over a pipeline config, as the Deployment runs it.
+    dir="$WORK/configs/homelab-bearer-token"
+    "${DEPLOYCHECK[@]}" extract-configs "$WORK/rendered/homelab-bearer-token.yaml" "$dir" >/dev/null || ok=1
+    for file in config.yaml one-tier.yaml minimal.yaml; do
+      if "$TAILGATE_BIN" validate --config "$dir/$file" --config "$dir/bearer-token.yaml"; then
+        echo "ok: homelab-bearer-token/$file + bearer-token.yaml"
+      else
+        echo "FAIL: homelab-bearer-token/$file + bearer-token.yaml"
+        ok=1
+      fi
+    done
     return "$ok"
   }
-  check "tailgate validate (config.yaml and minimal.yaml of every rendered ConfigMap)" validate_configs
+  check "tailgate validate (every config of every rendered ConfigMap; bearer-token.yaml merged over each)" validate_configs
 
   # The tls component's config loads its files from the Secret mounted at
   # /etc/tailgate-tls, which exists only in the cluster: validate config.yaml merged with

@@ -5,6 +5,8 @@
 #     (tests/remote_write.rs, tests/prometheus_e2e.rs, ...);
 #   - dnsmasq (package `dnsmasq-base`: the binary without the system service), the DNS
 #     server of the loadbalancing exporter's resolver tests (tests/loadbalancing_dns.rs).
+#   - Apache's `htpasswd` (package `apache2-utils`), which writes the htpasswd files of the
+#     basicauth tests (tests/receiver_auth.rs).
 #
 #   scripts/install-test-servers.sh
 #
@@ -15,7 +17,7 @@ set -euo pipefail
 export PATH="$PATH:/usr/sbin"
 
 # package:command pairs
-wanted=(prometheus:prometheus dnsmasq-base:dnsmasq)
+wanted=(prometheus:prometheus dnsmasq-base:dnsmasq apache2-utils:htpasswd)
 missing=()
 for pair in "${wanted[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
@@ -42,3 +44,4 @@ if ((${#missing[@]})); then
 fi
 prometheus --version 2>&1 | head -n 1
 dnsmasq --version 2>&1 | head -n 1
+command -v htpasswd

@@ -14,7 +14,7 @@ echo "== deploy checks (kustomize, schemas, promtool, checkov, tailgate validate
 cargo build --locked --bin tailgate
 TAILGATE_BIN="$PWD/target/debug/tailgate" ./scripts/check-deploy.sh
 
-echo "== test dependencies (Prometheus server for the remote-write tests, dnsmasq for the DNS resolver tests)"
+echo "== test dependencies (Prometheus server for the remote-write tests, dnsmasq for the DNS resolver tests, htpasswd for the basicauth tests)"
 ./scripts/install-test-servers.sh
 ./scripts/install-test-python.sh
 

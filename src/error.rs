@@ -87,6 +87,13 @@ pub enum PipelineError {
     /// The signal has no pipeline in this configuration.
     #[error("no {0} pipeline is configured on this gateway")]
     NoPipeline(&'static str),
+    /// The request carries no valid credentials for the receiver's authenticator. Not
+    /// retryable; the message names no credential.
+    #[error(
+        "authentication failed: send valid credentials in the authorization header (gRPC \
+         metadata), e.g. OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<token>"
+    )]
+    Unauthenticated,
 }
 
 /// A bounded label value naming the kind of refusal, for metrics.
@@ -112,7 +119,7 @@ fn bounded(detail: &str) -> std::borrow::Cow<'_, str> {
 
 impl PipelineError {
     /// Every value [`PipelineError::reason_label`] can return.
-    pub const REASON_LABELS: [&'static str; 7] = [
+    pub const REASON_LABELS: [&'static str; 8] = [
         "overloaded",
         "shutting_down",
         "malformed",
@@ -120,6 +127,7 @@ impl PipelineError {
         "unsupported_media_type",
         "unsupported_encoding",
         "no_pipeline",
+        "unauthenticated",
     ];
 
     /// The `reason` label for refusal counters: a closed set.
@@ -134,6 +142,7 @@ impl PipelineError {
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::UnsupportedEncoding(_) => "unsupported_encoding",
             Self::NoPipeline(_) => "no_pipeline",
+            Self::Unauthenticated => "unauthenticated",
         }
     }
 
@@ -169,6 +178,7 @@ impl PipelineError {
             | Self::MessageTooLarge { .. }
             | Self::ExceedsMemoryLimit { .. } => tonic::Status::resource_exhausted(message),
             Self::NoPipeline(_) => tonic::Status::unimplemented(message),
+            Self::Unauthenticated => tonic::Status::unauthenticated(message),
         }
     }
 
@@ -192,6 +202,8 @@ impl PipelineError {
                 tonic::Code::InvalidArgument,
             ),
             Self::NoPipeline(_) => (StatusCode::NOT_FOUND, tonic::Code::Unimplemented),
+            // As the Collector's receiver maps Unauthenticated.
+            Self::Unauthenticated => (StatusCode::UNAUTHORIZED, tonic::Code::Unauthenticated),
         };
         HttpAnswer {
             status,
@@ -274,6 +286,7 @@ mod tests {
             PipelineError::UnsupportedMediaType("x".into()),
             PipelineError::UnsupportedEncoding("x".into()),
             PipelineError::NoPipeline("traces"),
+            PipelineError::Unauthenticated,
         ];
         let labels: Vec<&str> = errors.iter().map(PipelineError::reason_label).collect();
         assert_eq!(labels, PipelineError::REASON_LABELS);

@@ -171,11 +171,37 @@ fn is_connection_error(error: &std::io::Error) -> bool {
     )
 }
 
+/// The address of the client a request came from, put in the request's extensions by
+/// [`serve_http`] (for logs only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// A connection [`serve_http_on`] serves: a byte stream that knows its client's address.
+pub trait Connection:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static
+{
+    /// The client's address, when the socket still knows it.
+    fn client_addr(&self) -> Option<SocketAddr>;
+}
+
+impl Connection for TcpStream {
+    fn client_addr(&self) -> Option<SocketAddr> {
+        self.peer_addr().ok()
+    }
+}
+
+impl Connection for tokio_rustls::server::TlsStream<TcpStream> {
+    fn client_addr(&self) -> Option<SocketAddr> {
+        self.get_ref().0.peer_addr().ok()
+    }
+}
+
 /// Serves HTTP/1.1 and cleartext HTTP/2 on `listener` until `stop` turns true, then stops
 /// accepting and waits up to `grace` for open connections to finish their requests.
 ///
-/// `handler` is called once per request; it must not panic. Connections that are still
-/// busy after `grace` are dropped.
+/// `handler` is called once per request, with the client's address in the request's
+/// extensions as a [`PeerAddr`]; it must not panic. Connections that are still busy after
+/// `grace` are dropped.
 pub async fn serve_http<H, F>(
     listener: TcpListener,
     handler: H,
@@ -198,7 +224,7 @@ pub async fn serve_http_on<S, IO, H, F>(
     grace: Duration,
 ) where
     S: tokio_stream::Stream<Item = std::io::Result<IO>> + Unpin,
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    IO: Connection,
     H: Fn(http::Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<FullBody>> + Send + 'static,
 {
@@ -218,8 +244,12 @@ pub async fn serve_http_on<S, IO, H, F>(
                 };
                 let handler = handler.clone();
                 let mut conn_stop = conn_stop_rx.clone();
+                let peer = stream.client_addr().map(PeerAddr);
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
+                    let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+                        if let Some(peer) = peer {
+                            request.extensions_mut().insert(peer);
+                        }
                         let handler = handler.clone();
                         async move { Ok::<_, Infallible>(handler(request).await) }
                     });

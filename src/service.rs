@@ -19,7 +19,8 @@ use crate::payload::{MetricsSink, TracesSink};
 use crate::pipeline::{BuildError, Pipelines, build_pipelines};
 use crate::receiver::tls::{Alpn, ServerTls, TlsMetricFamilies};
 use crate::receiver::{
-    MetricsIntake, ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc, otlp_http,
+    Authenticator, MetricsIntake, ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc,
+    otlp_http,
 };
 use crate::telemetry::{self, Health, HealthState};
 
@@ -244,15 +245,33 @@ impl Gateway {
             )
         };
 
+        // One authenticator per extension, shared by the servers that name it (one token
+        // file watched, one cache).
+        let authenticators: BTreeMap<&ComponentId, Authenticator> = config
+            .service
+            .extensions
+            .iter()
+            .filter_map(|id| Some((id, Authenticator::new(id, config.extensions.get(id)?)?)))
+            .collect();
+        let authenticator = |auth: Option<&ComponentId>| {
+            auth.and_then(|id| {
+                authenticators
+                    .iter()
+                    .find(|(extension, _)| extension.kind == id.kind && extension.name == id.name)
+                    .map(|(_, authenticator)| authenticator.clone())
+            })
+        };
+
         let mut receiver_tasks = Vec::new();
         for (id, grpc, listener, tls) in grpc_servers {
             let intake = traces_intake(&id, Transport::Grpc);
             let metrics = metrics_intake(&id, Transport::Grpc);
-            tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener), tls = tls.is_some());
+            let auth = authenticator(grpc.auth.as_ref());
+            tracing::info!(event = "receiver.grpc.started", receiver = %id, endpoint = %local_addr(&listener), tls = tls.is_some(), auth = auth.is_some());
             let stop = receivers_stopped.clone();
             receiver_tasks.push(tokio::spawn(async move {
                 if let Err(error) =
-                    otlp_grpc::serve(listener, grpc, intake, metrics, stop, tls).await
+                    otlp_grpc::serve(listener, grpc, intake, metrics, auth, stop, tls).await
                 {
                     tracing::error!(event = "receiver.grpc.failed", receiver = %id, error = %error);
                 }
@@ -261,12 +280,14 @@ impl Gateway {
         for (id, http, listener, tls) in http_servers {
             let intake = traces_intake(&id, Transport::Http);
             let metrics = metrics_intake(&id, Transport::Http);
-            tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener), tls = tls.is_some());
+            let auth = authenticator(http.auth.as_ref());
+            tracing::info!(event = "receiver.http.started", receiver = %id, endpoint = %local_addr(&listener), tls = tls.is_some(), auth = auth.is_some());
             receiver_tasks.push(tokio::spawn(otlp_http::serve(
                 listener,
                 http,
                 intake,
                 metrics,
+                auth,
                 receivers_stopped.clone(),
                 tls,
             )));

@@ -771,6 +771,7 @@ service:
                 gzip: false,
                 timeout: Duration::from_secs(10),
                 tls_ca: Some(ca_file.clone()),
+                token: None,
             },
             connections: 2,
             rate: None,

@@ -19,6 +19,7 @@ mod overload;
 mod prometheus_e2e;
 mod pushback;
 mod python_sdk;
+mod receiver_auth;
 mod receiver_tls;
 mod remote_write;
 mod rw_outage;

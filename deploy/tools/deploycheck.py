@@ -400,14 +400,14 @@ def check_one_tier(where, config, hand_off, pod_labels, container, docs):
     return problems
 
 
-def merge(base, over):
-    """The config `over` merged onto `base` as tailgate merges several --config files:
-    mappings key by key, anything else replaced."""
-    if not isinstance(base, dict) or not isinstance(over, dict):
+def merge_config(base, over):
+    """`over` merged into `base` as tailgate (and the Collector) merge --config files:
+    mappings deeply, anything else (lists included) replaced."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
         return over
     merged = dict(base)
     for k, v in over.items():
-        merged[k] = merge(base[k], v) if k in base else v
+        merged[k] = merge_config(base.get(k), v) if k in base else v
     return merged
 
 
@@ -454,13 +454,14 @@ def cmd_invariants(files):
             limits = container.get("resources", {}).get("limits", {})
             if "memory" not in limits:
                 problems.append(f"{where}: memory limit missing (memory_limiter percentages need it)")
-            # One --config, or several merged in order (a component such as tls adds one).
+            # Several --config files are merged in order, as tailgate merges them (a
+            # component's config overlay, e.g. deploy/components/bearer-token).
             args = [a for a in container.get("args", []) if a.startswith("--config=")]
             if not args:
-                problems.append(f"{where}: expected a --config=/etc/tailgate/KEY argument")
+                problems.append(f"{where}: expected --config=/etc/tailgate/KEY arguments")
                 continue
             keys = [a.split("=", 1)[1].removeprefix("/etc/tailgate/") for a in args]
-            key = "+".join(keys)
+            key = " + ".join(keys)
             volume = [v for v in pod.get("volumes", []) if v["name"] == "config"]
             cm = volume[0]["configMap"]["name"] if volume else None
             data = configmaps.get(cm)
@@ -470,7 +471,7 @@ def cmd_invariants(files):
                 continue
             config = {}
             for k in keys:
-                config = merge(config, yaml.safe_load(data[k]) or {})
+                config = merge_config(config, yaml.safe_load(data[k]) or {})
             defined = {e["name"] for e in container.get("env", [])}
             for name in sorted(env_references(config) - defined):
                 problems.append(f"{where}: {key} expands ${{env:{name}}} but the container does not set {name}")

@@ -102,6 +102,10 @@ struct Args {
     /// No live progress line (it only shows when stderr is a terminal anyway).
     #[arg(long)]
     quiet: bool,
+    /// Send `authorization: Bearer TOKEN` with every request (gRPC metadata or HTTP
+    /// header), for a receiver that requires a bearertokenauth token.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -129,6 +133,7 @@ fn main() -> ExitCode {
             gzip: args.gzip,
             timeout: args.timeout,
             tls_ca: args.tls_ca,
+            token: args.token.map(tailgate::config::Secret::new),
         },
         connections: args.connections,
         rate: args.rate,

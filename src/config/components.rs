@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
+use super::auth;
 use super::common::{HeaderRules, MIB, Reader, bytes, headers, tls_client};
 use super::defaults;
 use super::endpoint;
@@ -140,7 +141,7 @@ fn otlp_receiver(problems: &mut Problems, otlp: &Fields<'_>) -> ReceiverConfig {
 
 /// The Collector keys that neither OTLP server (`protocols.grpc`, `protocols.http`)
 /// implements.
-const SERVER_NOT_YET: [(&str, &str); 2] = [("auth", NOT_YET), ("middlewares", NOT_YET)];
+const SERVER_NOT_YET: [(&str, &str); 1] = [("middlewares", NOT_YET)];
 
 /// The keys of `protocols.grpc`.
 const GRPC_KEYS: &[&str] = &[
@@ -153,10 +154,11 @@ const GRPC_KEYS: &[&str] = &[
     "write_buffer_size",
     "include_metadata",
     "tls",
+    "auth",
 ];
 
 /// The Collector keys of `protocols.grpc` that tailgate does not implement.
-const GRPC_NOT_YET: [(&str, &str); 3] = concat(SERVER_NOT_YET, [("keepalive", NOT_YET)]);
+const GRPC_NOT_YET: [(&str, &str); 2] = concat(SERVER_NOT_YET, [("keepalive", NOT_YET)]);
 
 /// `protocols.grpc`.
 ///
@@ -208,6 +210,7 @@ fn grpc_server(problems: &mut Problems, protocols: &Fields<'_>) -> GrpcServerCon
         max_concurrent_streams,
         max_concurrent_requests,
         tls,
+        auth: auth::server_auth(problems, &grpc),
     }
 }
 
@@ -231,10 +234,11 @@ const HTTP_KEYS: &[&str] = &[
     "cors",
     "include_metadata",
     "tls",
+    "auth",
 ];
 
 /// The Collector keys of `protocols.http` that tailgate does not implement.
-const HTTP_NOT_YET: [(&str, &str); 8] = concat(
+const HTTP_NOT_YET: [(&str, &str); 7] = concat(
     SERVER_NOT_YET,
     [
         ("compression_algorithms", NOT_YET),
@@ -294,6 +298,7 @@ fn http_server(problems: &mut Problems, protocols: &Fields<'_>) -> HttpServerCon
         max_concurrent_requests,
         cors,
         tls,
+        auth: auth::server_auth(problems, &http),
     }
 }
 
@@ -735,10 +740,13 @@ fn debug_exporter(problems: &mut Problems, debug: &Fields<'_>) -> DebugExporterC
 
 // === extensions ===
 
-/// The reader of `extensions.<id>`: `health_check` or `file_storage`.
+/// The reader of `extensions.<id>`: `health_check`, `file_storage`, `bearertokenauth` or
+/// `basicauth`.
 pub(crate) fn extension(id: &ComponentId) -> &'static Reader<ExtensionConfig> {
     match id.kind.as_str() {
         "file_storage" => &FILE_STORAGE,
+        "bearertokenauth" => &auth::BEARER_TOKEN_AUTH,
+        "basicauth" => &auth::BASIC_AUTH,
         _ => &HEALTH_CHECK,
     }
 }

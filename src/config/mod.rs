@@ -60,6 +60,7 @@
 //! process, a host name that does not resolve, a directory that cannot be created or is
 //! locked, the container's memory total) is left to start-up.
 
+mod auth;
 mod common;
 mod components;
 mod connectors;
@@ -71,6 +72,7 @@ mod expand;
 mod exporter_settings;
 mod fields;
 mod graph;
+mod htpasswd;
 mod ids;
 mod listen;
 mod loadbalancing;
@@ -91,6 +93,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, Problem};
+pub use htpasswd::{Htpasswd, HtpasswdError, PasswordHash};
 pub use render::render;
 pub use tls::{ServerTlsError, ServerTlsFiles};
 pub use types::*;
@@ -344,6 +347,7 @@ fn typed(tree: &Value, problems: &mut Problems) -> Config {
         service,
     };
     graph::validate(problems, &config);
+    auth::check_references(problems, &config);
     listen::check(problems, &config);
     config
 }

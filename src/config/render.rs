@@ -5,6 +5,7 @@ use std::num::NonZeroUsize;
 
 use super::duration;
 use super::fields::Named as _;
+use super::{BearerTokens, Secret};
 use super::{
     ComponentId, Compression, Config, ConnectorConfig, ExporterConfig, ExtensionConfig,
     LoadBalancingConfig, MemoryAmount, OtlpExporterConfig, PolicyConfig, PolicyKind,
@@ -15,7 +16,9 @@ use super::{
 
 const MIB: usize = 1024 * 1024;
 
-/// Renders `config` as YAML that [`super::load_str`] reads back to an equal `Config`.
+/// Renders `config` as YAML that [`super::load_str`] reads back to an equal `Config`, except
+/// for secrets: tokens and inline htpasswd text are written as `[REDACTED]` (a `token`
+/// is written in the `tokens` list), so the output can be shared.
 ///
 /// Every setting is written, defaults included. Strings are double-quoted and `$` is
 /// written `$$`, so values are never re-typed or re-expanded when read back. Keys the
@@ -47,6 +50,7 @@ pub fn render(config: &Config) -> String {
                     if let Some(tls) = &grpc.tls {
                         render_server_tls(&mut out, tls);
                     }
+                    server_auth(&mut out, grpc.auth.as_ref());
                 }
                 if let Some(http) = &otlp.http {
                     out.line(3, "http:");
@@ -56,6 +60,7 @@ pub fn render(config: &Config) -> String {
                     out.string(4, "logs_url_path", &http.logs_url_path);
                     out.plain(4, "max_request_body_size", http.max_request_body_size);
                     out.limit(4, "max_concurrent_requests", http.max_concurrent_requests);
+                    server_auth(&mut out, http.auth.as_ref());
                     if let Some(cors) = &http.cors {
                         out.line(4, "cors:");
                         out.strings(5, "allowed_origins", &cors.allowed_origins);
@@ -148,6 +153,28 @@ pub fn render(config: &Config) -> String {
                 // Stored in bytes, always a whole number of MiB.
                 out.plain(2, "max_size_mib", storage.max_size >> 20);
             }
+            ExtensionConfig::BearerTokenAuth(bearer) => {
+                out.string(2, "scheme", &bearer.scheme);
+                out.string(2, "header", &bearer.header);
+                match &bearer.tokens {
+                    BearerTokens::File(file) => {
+                        out.string(2, "filename", &file.to_string_lossy());
+                    }
+                    BearerTokens::Inline(tokens) => {
+                        let redacted = vec![Secret::REDACTED.to_owned(); tokens.len()];
+                        out.strings(2, "tokens", &redacted);
+                    }
+                }
+            }
+            ExtensionConfig::BasicAuth(basic) => {
+                out.line(2, "htpasswd:");
+                if let Some(file) = &basic.file {
+                    out.string(3, "file", &file.to_string_lossy());
+                }
+                if basic.inline.is_some() {
+                    out.string(3, "inline", Secret::REDACTED);
+                }
+            }
         }
     }
 
@@ -181,6 +208,14 @@ pub fn render(config: &Config) -> String {
     );
 
     out.text
+}
+
+/// `auth` of an OTLP server, when it has one.
+fn server_auth(out: &mut Out, authenticator: Option<&ComponentId>) {
+    if let Some(authenticator) = authenticator {
+        out.line(4, "auth:");
+        out.string(5, "authenticator", &authenticator.written);
+    }
 }
 
 fn render_span_metrics(out: &mut Out, config: &SpanMetricsConfig) {

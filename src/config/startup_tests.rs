@@ -28,6 +28,14 @@ fn existing_dir() -> String {
     std::env::temp_dir().display().to_string()
 }
 
+/// An htpasswd file with one user (`file`, password "password", SHA-1), written in the
+/// temporary directory.
+fn htpasswd_file() -> String {
+    let path = std::env::temp_dir().join("tailgate-config-test.htpasswd");
+    std::fs::write(&path, "file:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\n").unwrap();
+    path.display().to_string()
+}
+
 /// The smallest valid config ([`super::tests::MINIMAL`]) listening on loopback only and
 /// with `/metrics` off; tests add the section they exercise.
 const MINIMAL: [&str; 2] = [
@@ -108,6 +116,8 @@ receivers:
         write_buffer_size: 0
         include_metadata: false
         tls: {server_tls}
+        auth:
+          authenticator: bearertokenauth
       http:
         endpoint: 127.0.0.1:0
         traces_url_path: /t
@@ -121,6 +131,8 @@ receivers:
           max_age: 60
         include_metadata: false
         tls: {server_tls}
+        auth:
+          authenticator: basicauth
 processors:
   batch:
     send_batch_size: 10
@@ -242,8 +254,13 @@ extensions:
       rebound_trigger_threshold_mib: 1
       check_interval: 5s
       cleanup_on_start: false
+  bearertokenauth: {bearer}
+  basicauth:
+    htpasswd:
+      file: {htpasswd}
+      inline: "inline:{{SHA}}W6ph5Mm5Pz8GgiULbPgzG37mj9g="
 service:
-  extensions: [health_check, file_storage/queue]
+  extensions: [health_check, file_storage/queue, bearertokenauth, basicauth]
   pipelines:
     traces:
       receivers: [otlp]
@@ -263,6 +280,16 @@ service:
   shutdown_timeout: 10s
 "#,
         dir = existing_dir(),
+        htpasswd = htpasswd_file(),
+        // token and tokens exclude each other: one variant sets each.
+        bearer = if resolver.contains("static") {
+            format!(
+                "{{scheme: Bearer, header: Authorization, token: t0, filename: {}/token}}",
+                existing_dir()
+            )
+        } else {
+            "{tokens: [t1, t2]}".to_owned()
+        },
         policies = POLICY_SETTINGS
             .iter()
             .map(|(kind, settings)| {

@@ -199,6 +199,7 @@ fn default_config_has_every_default() {
             max_concurrent_streams: None,
             max_concurrent_requests: Some(nz(1024)),
             tls: None,
+            auth: None,
         })
     );
     assert_eq!(
@@ -212,6 +213,7 @@ fn default_config_has_every_default() {
             max_concurrent_requests: Some(nz(1024)),
             cors: None,
             tls: None,
+            auth: None,
         })
     );
     assert_eq!(
@@ -552,7 +554,7 @@ service:
             "processors.filter/x: unknown processor type \"filter\" (known: batch, memory_limiter, tail_sampling)",
             "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug, prometheusremotewrite, prometheus_remote_write, loadbalancing, load_balancing)",
             "connectors.count: connector type \"count\" is not supported yet by this version of tailgate; remove it",
-            "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check, file_storage)",
+            "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check, file_storage, bearertokenauth, basicauth)",
         ]
     );
 }
@@ -845,7 +847,7 @@ extra: 1
         ),
         [
             "extra: unknown key (known: receivers, processors, exporters, connectors, extensions, service)",
-            "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, max_concurrent_streams, max_concurrent_requests, read_buffer_size, write_buffer_size, include_metadata, tls)",
+            "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, max_concurrent_streams, max_concurrent_requests, read_buffer_size, write_buffer_size, include_metadata, tls, auth)",
             "receivers.otlp.protocols.grpc.keepalive: not supported yet by this version of tailgate; remove it",
             "processors.batch.metadata_keys: not supported yet by this version of tailgate; remove it",
             "exporters.otlp.traces_endpoint: only the otlphttp exporter has traces_endpoint: for otlp, set endpoint",
@@ -1637,7 +1639,7 @@ service:
     assert_eq!(error.problems().len(), 4);
     assert_eq!(
         error.to_string(),
-        "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, max_concurrent_streams, max_concurrent_requests, read_buffer_size, write_buffer_size, include_metadata, tls)
+        "receivers.otlp.protocols.grpc.endpont: unknown key (known: endpoint, transport, max_recv_msg_size_mib, max_concurrent_streams, max_concurrent_requests, read_buffer_size, write_buffer_size, include_metadata, tls, auth)
 processors.batch.timeout: a duration needs a unit: write e.g. \"10s\" or \"10ms\"
 exporters.otlp/tempo.endpoint: must not be empty: set where to send, e.g. tempo-distributor.monitoring:4317
 service.pipelines.traces.exporters: \"otlp/missing\" is not defined under exporters or connectors"

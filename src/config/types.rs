@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::fields::named;
+use super::htpasswd::Htpasswd;
 
 /// A component id as written in the config: `type` or `type/name`.
 ///
@@ -104,6 +105,9 @@ pub struct GrpcServerConfig {
     pub max_concurrent_requests: Option<NonZeroUsize>,
     /// `tls`; `None` serves plaintext (h2c).
     pub tls: Option<TlsServerConfig>,
+    /// `auth.authenticator`: the `bearertokenauth` or `basicauth` extension that every
+    /// request must satisfy; `None` admits every request. See [`HttpServerConfig::auth`].
+    pub auth: Option<ComponentId>,
 }
 
 /// `receivers.otlp.protocols.http`.
@@ -132,6 +136,13 @@ pub struct HttpServerConfig {
     pub cors: Option<CorsConfig>,
     /// `tls`; `None` serves plaintext (HTTP/1.1 and h2c).
     pub tls: Option<TlsServerConfig>,
+    /// `auth.authenticator`: the `bearertokenauth` or `basicauth` extension (defined, and
+    /// listed in `service.extensions`) that every request must satisfy. A request without
+    /// valid credentials is refused before its body is read or memory is reserved for it:
+    /// 401 with `WWW-Authenticate` (gRPC `UNAUTHENTICATED`), never retryable, counted as
+    /// `reason="unauthenticated"`. CORS preflights are answered without credentials, as in
+    /// the Collector. `None` admits every request.
+    pub auth: Option<ComponentId>,
 }
 
 /// `tls` of a server: `receivers.otlp.protocols.{grpc,http}.tls` (the Collector's
@@ -783,6 +794,80 @@ pub enum ExtensionConfig {
     /// `file_storage`: a directory for the persistent sending queues of the exporters
     /// whose `sending_queue.storage` names it.
     FileStorage(FileStorageConfig),
+    /// `bearertokenauth`: a server authenticator that takes requests carrying one of its
+    /// tokens.
+    BearerTokenAuth(BearerTokenAuthConfig),
+    /// `basicauth`: a server authenticator that takes requests carrying a user and password
+    /// of its htpasswd entries.
+    BasicAuth(BasicAuthConfig),
+}
+
+/// A credential from the config (a token, an inline htpasswd): compared and used, never
+/// shown. Its `Debug` is `[REDACTED]` and it has no `Display`, so it cannot reach a log
+/// line, an error message or `print-config` by formatting; [`Secret::expose`] is the one way
+/// to its text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// What `print-config` and `Debug` write in place of a secret.
+    pub const REDACTED: &'static str = "[REDACTED]";
+
+    /// Wraps `text`.
+    pub fn new(text: String) -> Self {
+        Self(text)
+    }
+
+    /// The secret text, for comparing and sending only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(Self::REDACTED)
+    }
+}
+
+/// `extensions.bearertokenauth`: requests must carry `<scheme> <token>` in `header`, for
+/// one of the tokens (the Collector's `bearertokenauth` extension used as a server
+/// authenticator).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BearerTokenAuthConfig {
+    /// `scheme` (default `Bearer`): the word before the token; empty for the token alone.
+    pub scheme: String,
+    /// `header` (default `Authorization`, matched without regard to case): the header (gRPC
+    /// metadata key) that carries the credentials.
+    pub header: String,
+    /// `token`, `tokens` or `filename`.
+    pub tokens: BearerTokens,
+}
+
+/// Where a `bearertokenauth` extension's tokens come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BearerTokens {
+    /// `tokens` (a list, any of which is taken), else `token`.
+    Inline(Vec<Secret>),
+    /// `filename`: one token per line (blank lines and surrounding space ignored), read at
+    /// start and again when the file changes, so a rotated token (a Kubernetes Secret
+    /// mounted as a file) is taken without a restart. As in the Collector, `token` and
+    /// `tokens` are ignored when `filename` is set.
+    File(PathBuf),
+}
+
+/// `extensions.basicauth`: requests must carry HTTP Basic credentials (`authorization:
+/// Basic base64(user:password)`) of one of the htpasswd entries (the Collector's
+/// `basicauth` extension used as a server authenticator).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BasicAuthConfig {
+    /// `htpasswd.file`: an htpasswd file, read when the config is loaded.
+    pub file: Option<PathBuf>,
+    /// `htpasswd.inline`: htpasswd lines written in the config (after those of `file`).
+    pub inline: Option<Secret>,
+    /// The entries of `file` then `inline` (a user in both: the later line wins), parsed
+    /// when the config is loaded.
+    pub users: Htpasswd,
 }
 
 /// `extensions.file_storage`: where persistent sending queues live, and how they write.

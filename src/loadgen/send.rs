@@ -21,6 +21,8 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic_types::StatusExt;
 
+use crate::config::Secret;
+
 /// The OTLP transport to send with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Protocol {
@@ -57,6 +59,9 @@ pub struct SendConfig {
     /// endpoint without a scheme then means `https://`. `None`: TLS only for an
     /// `https://` endpoint, trusting the Mozilla roots.
     pub tls_ca: Option<PathBuf>,
+    /// Sent as `authorization: Bearer <token>` (header, or gRPC metadata) with every
+    /// request, for a receiver with a `bearertokenauth` authenticator.
+    pub token: Option<Secret>,
 }
 
 /// How the endpoint answered one request.
@@ -112,6 +117,8 @@ pub enum Sender {
         grpc: tonic::client::Grpc<Channel>,
         /// Per-request timeout.
         timeout: Duration,
+        /// The `authorization` metadata, if any.
+        authorization: Option<tonic::metadata::AsciiMetadataValue>,
     },
     /// OTLP/HTTP.
     Http {
@@ -125,6 +132,8 @@ pub enum Sender {
         gzip: bool,
         /// Per-request timeout.
         timeout: Duration,
+        /// The `authorization` header, if any.
+        authorization: Option<http::HeaderValue>,
     },
 }
 
@@ -139,6 +148,20 @@ impl Sender {
         let err = |reason: String| EndpointError::Invalid {
             endpoint: config.endpoint.clone(),
             reason,
+        };
+        // Checked here so that a token that cannot be sent fails at start; the message
+        // does not quote it.
+        let authorization = match &config.token {
+            None => None,
+            Some(token) => {
+                let mut value = http::HeaderValue::try_from(format!("Bearer {}", token.expose()))
+                    .map_err(|_| EndpointError::Invalid {
+                    endpoint: config.endpoint.clone(),
+                    reason: "the token holds characters a header cannot carry".to_owned(),
+                })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
         };
         let with_scheme = if config.endpoint.contains("://") {
             config.endpoint.clone()
@@ -174,6 +197,9 @@ impl Sender {
                 Ok(Sender::Grpc {
                     grpc,
                     timeout: config.timeout,
+                    authorization: authorization.and_then(|value| {
+                        tonic::metadata::AsciiMetadataValue::try_from(value.as_bytes()).ok()
+                    }),
                 })
             }
             Protocol::HttpProtobuf | Protocol::HttpJson => {
@@ -212,6 +238,7 @@ impl Sender {
                     json: config.protocol == Protocol::HttpJson,
                     gzip: config.gzip,
                     timeout: config.timeout,
+                    authorization,
                 })
             }
         }
@@ -247,13 +274,23 @@ impl Sender {
     /// Sends one body made by [`encode`](Self::encode) and classifies the answer.
     pub async fn send(&mut self, body: Bytes) -> Outcome {
         match self {
-            Sender::Grpc { grpc, timeout } => {
+            Sender::Grpc {
+                grpc,
+                timeout,
+                authorization,
+            } => {
+                let mut request = tonic::Request::new(body);
+                if let Some(value) = authorization {
+                    request
+                        .metadata_mut()
+                        .insert("authorization", value.clone());
+                }
                 let call = async {
                     grpc.ready()
                         .await
                         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
                     grpc.unary(
-                        tonic::Request::new(body),
+                        request,
                         http::uri::PathAndQuery::from_static(EXPORT_PATH),
                         RawCodec,
                     )
@@ -271,6 +308,7 @@ impl Sender {
                 json,
                 gzip,
                 timeout,
+                authorization,
             } => {
                 let mut builder = http::Request::post(uri.clone()).header(
                     http::header::CONTENT_TYPE,
@@ -282,6 +320,9 @@ impl Sender {
                 );
                 if *gzip {
                     builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+                }
+                if let Some(value) = authorization {
+                    builder = builder.header(http::header::AUTHORIZATION, value.clone());
                 }
                 let http_request = match builder.body(Full::new(body)) {
                     Ok(r) => r,

@@ -10,6 +10,8 @@
 //!
 //! Admission, on both transports and in this order, before a request body is read:
 //!
+//! 0. when the server names an authenticator (`auth.authenticator`), valid credentials
+//!    (see [`auth`]), else a refusal that is not retryable, counted as `unauthenticated`;
 //! 1. a slot among the receiver's `max_concurrent_requests` in flight, else a retryable
 //!    refusal counted as `too_many_requests`;
 //! 2. a [`Reservation`] of the memory budget for what the body may come to (its declared
@@ -17,12 +19,15 @@
 //!    `overloaded`. The reservation is resized as the body is read, decompressed and
 //!    decoded, and becomes the charge the request's batch carries into the pipeline.
 
+pub mod auth;
 mod in_flight;
 mod metrics;
 pub mod otlp_grpc;
 pub mod otlp_http;
+mod password;
 pub mod tls;
 
+pub use auth::Authenticator;
 pub use metrics::{ReceiverMetricFamilies, ReceiverMetrics, Transport};
 
 use std::future::Future;

@@ -8,11 +8,12 @@
 //! with a message at once, without reading the request.
 //!
 //! Admission (see the [module docs](super)) happens before the message is read: the
-//! service reads only the 5-byte gRPC frame header, which carries the message length, and
-//! reserves that length (uncompressed), or the compressed length plus
-//! `max_recv_msg_size_mib` (compressed: the decompressed size is known only once tonic has
-//! inflated it, within that maximum). After decoding, the reservation shrinks to the
-//! message and travels with it into the pipeline.
+//! credentials are checked first when the server has an authenticator (a refusal is
+//! `UNAUTHENTICATED`), then the service reads only the 5-byte gRPC frame header, which
+//! carries the message length, and reserves that length (uncompressed), or the compressed
+//! length plus `max_recv_msg_size_mib` (compressed: the decompressed size is known only
+//! once tonic has inflated it, within that maximum). After decoding, the reservation
+//! shrinks to the message and travels with it into the pipeline.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -33,7 +34,7 @@ use tonic::server::{NamedService, UnaryService};
 
 use super::in_flight::InFlightLimit;
 use super::tls::ServerTls;
-use super::{Intake, MetricsIntake, TracesIntake};
+use super::{Authenticator, Intake, MetricsIntake, TracesIntake};
 use crate::config::GrpcServerConfig;
 use crate::error::PipelineError;
 use crate::limiter::Reservation;
@@ -52,6 +53,7 @@ const FRAME_HEADER_LEN: usize = 5;
 /// Serves OTLP/gRPC on `listener` until `stop` turns true, then finishes in-flight
 /// requests and returns. With `tls` (built from `config.tls`), every connection is a TLS
 /// connection offering `h2` by ALPN; without, plaintext h2c.
+/// requests and returns. With `auth`, every export request must pass it first.
 ///
 /// # Errors
 ///
@@ -61,6 +63,7 @@ pub async fn serve(
     config: GrpcServerConfig,
     traces: TracesIntake,
     metrics: MetricsIntake,
+    auth: Option<Authenticator>,
     mut stop: watch::Receiver<bool>,
     tls: Option<ServerTls>,
 ) -> Result<(), tonic::transport::Error> {
@@ -73,12 +76,14 @@ pub async fn serve(
         intake: traces,
         max_message_size: config.max_recv_msg_size,
         in_flight: in_flight.clone(),
+        auth: auth.clone(),
     };
     let (raw_metrics_service, metrics_service) = if metrics.has_pipeline() {
         let raw = RawExportService {
             intake: metrics,
             max_message_size: config.max_recv_msg_size,
             in_flight,
+            auth,
         };
         (Some(raw), None)
     } else {
@@ -132,6 +137,8 @@ struct RawExportService<I> {
     intake: I,
     max_message_size: usize,
     in_flight: InFlightLimit,
+    /// Checked before anything else is done for a request.
+    auth: Option<Authenticator>,
 }
 
 impl<I: RawIntake> NamedService for RawExportService<I> {
@@ -165,17 +172,29 @@ where
             ));
             return Box::pin(async move { Ok(status.into_http()) });
         }
-        let permit = match self.in_flight.try_acquire() {
-            Ok(permit) => permit,
-            Err(error) => {
-                self.intake.refuse_too_many();
-                return Box::pin(async move { Ok(error.grpc_status().into_http()) });
-            }
-        };
         let intake = self.intake.clone();
         let max_message_size = self.max_message_size;
+        let in_flight = self.in_flight.clone();
+        let auth = self.auth.clone();
         Box::pin(async move {
-            let _permit = permit;
+            // Credentials first: a sender without them takes no slot and no memory.
+            if let Some(auth) = auth {
+                let peer = request
+                    .extensions()
+                    .get::<tonic::transport::server::TcpConnectInfo>()
+                    .and_then(|info| info.remote_addr());
+                if let Err(error) = auth.authenticate(request.headers(), peer).await {
+                    intake.refuse(&error);
+                    return Ok(error.grpc_status().into_http());
+                }
+            }
+            let _permit = match in_flight.try_acquire() {
+                Ok(permit) => permit,
+                Err(error) => {
+                    intake.refuse_too_many();
+                    return Ok(error.grpc_status().into_http());
+                }
+            };
             // Admission before the message is read or decoded: only its frame header.
             let (parts, body) = request.into_parts();
             let mut body = Peeked::new(body);
@@ -538,6 +557,7 @@ mod tests {
             intake,
             max_message_size: 4 << 20,
             in_flight,
+            auth: None,
         };
         (service, registry)
     }
@@ -654,6 +674,64 @@ mod tests {
         );
         assert!(limiter.budget().peak() >= len);
         assert_eq!(limiter.budget().used(), 0);
+    }
+
+    /// Scenario: a trace service that requires the bearer token `t0k`, with the memory
+    /// budget full; requests whose body never arrives (only headers), without a token, with
+    /// a wrong one, and one with the token and a frame header declaring 800 bytes.
+    /// Guarantees: the first two are answered UNAUTHENTICATED at once, without reading the
+    /// body (it never comes) or asking the budget (nothing counted as overloaded, nothing
+    /// reserved), counted as unauthenticated; the third passes authentication and only
+    /// then meets the memory limit (UNAVAILABLE, overloaded).
+    #[tokio::test]
+    async fn refuses_without_credentials_before_reading_or_reserving() {
+        use crate::config::{BearerTokenAuthConfig, BearerTokens, ExtensionConfig, Secret};
+        let limiter = limiter(1000);
+        let (mut service, registry) = service(&limiter, 8);
+        let config = ExtensionConfig::BearerTokenAuth(BearerTokenAuthConfig {
+            scheme: "Bearer".into(),
+            header: "Authorization".into(),
+            tokens: BearerTokens::Inline(vec![Secret::new("t0k".into())]),
+        });
+        service.auth = Authenticator::new(&ComponentId::literal("bearertokenauth"), &config);
+        limiter.budget().charge(1000);
+        for authorization in [None, Some("Bearer wrong")] {
+            let never: StreamBody<tokio_stream::Pending<Result<Frame<Bytes>, Infallible>>> =
+                StreamBody::new(tokio_stream::pending());
+            let mut request = http::Request::post(TRACE_EXPORT_PATH)
+                .header("content-type", "application/grpc")
+                .body(never)
+                .expect("request");
+            if let Some(value) = authorization {
+                request.headers_mut().insert(
+                    http::header::AUTHORIZATION,
+                    http::HeaderValue::from_static(value),
+                );
+            }
+            let response = tokio::time::timeout(Duration::from_secs(10), service.call(request))
+                .await
+                .expect("answered without the body")
+                .expect("infallible");
+            assert_eq!(
+                grpc_status(&response),
+                Some(tonic::Code::Unauthenticated),
+                "{authorization:?}"
+            );
+        }
+        assert_eq!(refused(&registry, "unauthenticated"), 2);
+        assert_eq!(refused(&registry, "overloaded"), 0);
+        assert_eq!(limiter.budget().used(), 1000);
+
+        let mut request = export(frame(800, &[]));
+        request.headers_mut().insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_static("Bearer t0k"),
+        );
+        let response = service.call(request).await.expect("infallible");
+        assert_eq!(grpc_status(&response), Some(tonic::Code::Unavailable));
+        assert_eq!(refused(&registry, "overloaded"), 1);
+        assert_eq!(refused(&registry, "unauthenticated"), 2);
+        limiter.budget().release(1000);
     }
 
     /// Scenario: a trace service with room for one request in flight, which is taken.

@@ -8,7 +8,10 @@
 //!   a content type other than `application/x-protobuf` or `application/json`, each with a
 //!   `google.rpc.Status` body carrying the message;
 //! - 503 with `Retry-After` when the pipeline is full or shutting down, when the memory
-//!   budget has no room for the body, or when `max_concurrent_requests` are in flight.
+//!   budget has no room for the body, or when `max_concurrent_requests` are in flight;
+//! - 401 with `WWW-Authenticate` when the server has an authenticator and the request's
+//!   credentials do not satisfy it: checked for every request to an OTLP path except CORS
+//!   preflights, before anything else.
 //!
 //! Admission (see the [module docs](super)) happens before the body is read: the memory
 //! reservation is the declared `Content-Length`, else `max_request_body_size`. The body is
@@ -16,7 +19,8 @@
 //! moves to a blocking thread once a body has produced 256 KiB, and JSON bodies over
 //! 256 KiB are transcoded there too, so no large body is decoded on the async workers.
 //!
-//! A request refused before its body is read (too many in flight, a content type or
+//! A request refused before its body is read (no valid credentials, too many in flight, a
+//! content type or
 //! `Content-Encoding` not taken, a declared length over the limit, no room in the memory
 //! budget; also 404 and 405) has its body read and dropped before it is answered, bounded
 //! in bytes and time and without reserving memory, so that clients that write the whole
@@ -37,11 +41,11 @@ use tokio::sync::watch;
 
 use super::in_flight::InFlightLimit;
 use super::tls::ServerTls;
-use super::{Intake, MetricsIntake, TracesIntake};
+use super::{Authenticator, Intake, MetricsIntake, TracesIntake};
 use crate::config::{CorsConfig, HttpServerConfig};
 use crate::error::PipelineError;
 use crate::limiter::Reservation;
-use crate::net::{Acceptor, FullBody, serve_http_on};
+use crate::net::{Acceptor, FullBody, PeerAddr, serve_http_on};
 use crate::payload::Arrival;
 
 /// How long open connections may take to finish their requests once `stop` turns true.
@@ -125,11 +129,13 @@ impl Encoding {
 /// Serves OTLP/HTTP on `listener` until `stop` turns true, then lets open requests finish.
 /// With `tls` (built from `config.tls`), every connection is a TLS connection offering `h2`
 /// and `http/1.1` by ALPN; without, plaintext HTTP/1.1 and h2c.
+/// With `auth`, every request to an OTLP path (but CORS preflights) must pass it first.
 pub async fn serve(
     listener: TcpListener,
     config: HttpServerConfig,
     traces: TracesIntake,
     metrics: MetricsIntake,
+    auth: Option<Authenticator>,
     stop: watch::Receiver<bool>,
     tls: Option<ServerTls>,
 ) {
@@ -142,6 +148,7 @@ pub async fn serve(
         traces,
         metrics,
         in_flight,
+        auth,
     });
     let handler = move |request: http::Request<Incoming>| {
         let receiver = receiver.clone();
@@ -159,6 +166,7 @@ struct HttpReceiver {
     traces: TracesIntake,
     metrics: MetricsIntake,
     in_flight: InFlightLimit,
+    auth: Option<Authenticator>,
 }
 
 impl HttpReceiver {
@@ -192,6 +200,30 @@ impl HttpReceiver {
             let response = self.preflight(&request);
             discard_unread(request, limit).await;
             return response;
+        }
+        if let Some(auth) = &self.auth {
+            let peer = request.extensions().get::<PeerAddr>().map(|peer| peer.0);
+            if let Err(error) = auth.authenticate(request.headers(), peer).await {
+                if signal == Some("metrics") && self.metrics.has_pipeline() {
+                    self.metrics.refuse(&error);
+                } else {
+                    self.traces.refuse(&error);
+                }
+                let encoding = request
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(Encoding::from_content_type)
+                    .unwrap_or(Encoding::Json);
+                discard_unread(request, limit).await;
+                let mut response = error_response(&error, encoding);
+                if matches!(error, PipelineError::Unauthenticated) {
+                    response
+                        .headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, auth.challenge());
+                }
+                return response;
+            }
         }
         if request.method() != Method::POST {
             discard_unread(request, limit).await;
