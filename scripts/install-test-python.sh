@@ -15,6 +15,9 @@ VENV="$ROOT/target/test-venv"
 REQUIREMENTS=(
   "opentelemetry-sdk==1.45.2"
   "opentelemetry-exporter-otlp-proto-http==1.45.2"
+  # tests/k8s_events.rs: the fake events.k8s.io API server validates what it receives
+  # against the Kubernetes OpenAPI schemas (same pin as scripts/check-deploy.sh).
+  "kubernetes-validate==1.37.0"
 )
 
 stamp="$VENV/.requirements"

@@ -81,6 +81,7 @@ const TYPES: &[(Section, &str, &str)] = &[
     (Section::Connectors, "span_metrics", "spanmetrics"),
     (Section::Extensions, "health_check", "health_check"),
     (Section::Extensions, "file_storage", "file_storage"),
+    (Section::Extensions, "k8s_events", "k8s_events"),
 ];
 
 /// The canonical type for `kind` in `section`, when tailgate implements it.
