@@ -233,6 +233,15 @@ extensions:
       rebound_trigger_threshold_mib: 1
       check_interval: 5s
       cleanup_on_start: false
+  k8s_events:
+    enabled: true
+    api_server: https://127.0.0.1:6443
+    token_file: /var/run/secrets/kubernetes.io/serviceaccount/token
+    ca_file: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+    namespace_file: /var/run/secrets/kubernetes.io/serviceaccount/namespace
+    series_window: 10m
+    queue_size: 64
+    timeout: 3s
 service:
   extensions: [health_check, file_storage/queue]
   pipelines:

@@ -560,3 +560,81 @@ fn the_target_comes_from_the_downward_api_and_the_service_account() {
     assert_eq!(target.pod.namespace, "observability");
     assert_eq!(target.pod.uid, None);
 }
+
+fn yaml(events: &str) -> String {
+    format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc: {{endpoint: 127.0.0.1:0}}
+exporters:
+  debug: {{}}
+extensions:
+  k8s_events: {events}
+service:
+  extensions: [k8s_events]
+  pipelines:
+    traces: {{receivers: [otlp], exporters: [debug]}}
+"#
+    )
+}
+
+/// Scenario: `extensions.k8s_events` with no keys, with every key, and with mistakes (a
+/// plain-HTTP API server, a zero queue and timeout, an unknown key).
+/// Guarantees: the defaults are the in-cluster ones (service-account files, 10m window,
+/// queue 64, timeout 3s, enabled); set keys are taken; every mistake is reported with its
+/// path; the effective config renders the section and reads back the same.
+#[test]
+fn the_extension_reads_its_keys_and_names_mistakes() {
+    use crate::config::{ExtensionConfig, load_str, render};
+    let extension = |config: &crate::config::Config| {
+        config
+            .extensions
+            .values()
+            .find_map(|e| match e {
+                ExtensionConfig::K8sEvents(events) => Some(events.clone()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let defaults = extension(&load_str(&[&yaml("{}")]).unwrap());
+    assert!(defaults.enabled);
+    assert_eq!(defaults.api_server, None);
+    let sa = std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount");
+    assert_eq!(defaults.token_file, sa.join("token"));
+    assert_eq!(defaults.ca_file, sa.join("ca.crt"));
+    assert_eq!(defaults.namespace_file, sa.join("namespace"));
+    assert_eq!(defaults.series_window, Duration::from_secs(600));
+    assert_eq!(defaults.queue_size.get(), 64);
+    assert_eq!(defaults.timeout, Duration::from_secs(3));
+
+    let set = load_str(&[&yaml(
+        "{enabled: false, api_server: \"https://10.0.0.1:6443/\", token_file: /t, ca_file: /c, \
+         namespace_file: /n, series_window: 5m, queue_size: 8, timeout: 2s}",
+    )])
+    .unwrap();
+    let events = extension(&set);
+    assert!(!events.enabled);
+    assert_eq!(events.api_server.as_deref(), Some("https://10.0.0.1:6443"));
+    assert_eq!(events.token_file, std::path::PathBuf::from("/t"));
+    assert_eq!(events.series_window, Duration::from_secs(300));
+    assert_eq!(events.queue_size.get(), 8);
+    assert_eq!(events.timeout, Duration::from_secs(2));
+    let rendered = render(&set);
+    assert_eq!(extension(&load_str(&[&rendered]).unwrap()), events, "{rendered}");
+
+    let errors = load_str(&[&yaml(
+        "{api_server: \"http://10.0.0.1\", queue_size: 0, timeout: 0s, namespace: x}",
+    )])
+    .unwrap_err()
+    .to_string();
+    for path in [
+        "extensions.k8s_events.api_server",
+        "extensions.k8s_events.queue_size",
+        "extensions.k8s_events.timeout",
+        "extensions.k8s_events.namespace",
+    ] {
+        assert!(errors.contains(path), "{path} in {errors}");
+    }
+}
