@@ -622,7 +622,11 @@ fn the_extension_reads_its_keys_and_names_mistakes() {
     assert_eq!(events.queue_size.get(), 8);
     assert_eq!(events.timeout, Duration::from_secs(2));
     let rendered = render(&set);
-    assert_eq!(extension(&load_str(&[&rendered]).unwrap()), events, "{rendered}");
+    assert_eq!(
+        extension(&load_str(&[&rendered]).unwrap()),
+        events,
+        "{rendered}"
+    );
 
     let errors = load_str(&[&yaml(
         "{api_server: \"http://10.0.0.1\", queue_size: 0, timeout: 0s, namespace: x}",
