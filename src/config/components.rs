@@ -760,9 +760,14 @@ const K8S_EVENTS: Reader<ExtensionConfig> = Reader {
 
 fn k8s_events(problems: &mut Problems, events: &Fields<'_>) -> K8sEventsConfig {
     let api_server = events.string(problems, "api_server").and_then(|url| {
-        let valid = url
-            .strip_prefix("https://")
-            .is_some_and(|rest| !rest.is_empty() && url.parse::<http::Uri>().is_ok());
+        // A host, and a port when a ':' says one follows.
+        let valid = url.starts_with("https://")
+            && url.parse::<http::Uri>().ok().is_some_and(|uri| {
+                uri.authority().is_some_and(|authority| {
+                    !authority.host().is_empty()
+                        && (authority.port_u16().is_some() || !authority.as_str().ends_with(':'))
+                })
+            });
         if valid {
             Some(url.trim_end_matches('/').to_owned())
         } else {

@@ -220,8 +220,8 @@ impl Transition {
                 "LoadConfig",
                 Normal,
                 format!(
-                    "Configuration loaded and the gateway started (version {}): {pipelines} pipelines, \
-                     {exporters} exporters.",
+                    "Configuration loaded and the gateway started (version {}), with pipelines: {pipelines}, \
+                     exporters: {exporters}.",
                     super::super::VERSION
                 ),
             ),

@@ -633,6 +633,13 @@ fn the_extension_reads_its_keys_and_names_mistakes() {
     )])
     .unwrap_err()
     .to_string();
+    let port_missing = load_str(&[&yaml("{api_server: \"https://10.0.0.1:\"}")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        port_missing.contains("extensions.k8s_events.api_server"),
+        "{port_missing}"
+    );
     for path in [
         "extensions.k8s_events.api_server",
         "extensions.k8s_events.queue_size",
