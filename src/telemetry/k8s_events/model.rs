@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::Transition;
+use super::transition::Transition;
 
 /// `reportingController` of every Event this gateway posts.
 pub const REPORTING_CONTROLLER: &str = "tailgate.io/gateway";

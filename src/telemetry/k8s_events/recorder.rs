@@ -11,9 +11,9 @@ use prometheus::{IntCounter, IntCounterVec, Registry};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::Transition;
 use super::client::{ApiClient, ClientError};
 use super::model::{self, EventSeries, EventType, ObjectReference};
+use super::transition::Transition;
 use crate::telemetry::counter_vec;
 
 /// At most one `k8s_events.failed` log line per this interval.
