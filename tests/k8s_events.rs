@@ -485,3 +485,74 @@ async fn a_slow_or_absent_api_server_does_not_touch_the_data_path() {
         );
     }
 }
+
+/// Scenario: the tailgate binary with `k8s_events` pointed at the fake API server and a
+/// tail sampler holding at most 10 traces (`decision_wait: 30s`); 5 requests of 200
+/// single-span traces each are sent, so nearly every trace is decided early (`num_traces`).
+/// Guarantees: the ~990 early decisions become exactly one `DecisionsForcedEarly` Event
+/// (Warning, `action: DecideEarly`, its note naming the reason), valid against the schema,
+/// besides `ConfigLoaded`; every request to the fake was accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stretch_of_early_decisions_is_one_event() {
+    let api = FakeKubeApi::start(0.0);
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let config = config(&sink.addr.to_string(), &api.extension(""), false).replace(
+        "  batch: {send_batch_size: 1000, timeout: 20ms}\n",
+        "  batch: {send_batch_size: 1000, timeout: 20ms}\n  tail_sampling:\n    decision_wait: 30s\n    num_traces: 10\n    policies: [{name: all, type: always_sample}]\n",
+    )
+    .replace("processors: [batch]", "processors: [tail_sampling, batch]");
+    let gateway = GatewayProcess::start_with_env(&config, &POD);
+    let mut client = client(&gateway).await;
+    for n in 0..5u64 {
+        assert!(
+            send(&mut client, request(n * 200, 200)).await,
+            "request {n}"
+        );
+    }
+    let early = support::eventually(Duration::from_secs(20), || async {
+        metric(
+            &gateway,
+            "tailgate_sampler_early_decisions_total",
+            &["num_traces"],
+        )
+        .await
+            >= 900.0
+    })
+    .await;
+    assert!(early, "traces were decided early");
+    let (recorded, state) = wait_for_api(&api, Duration::from_secs(20), |s| {
+        s.count("DecisionsForcedEarly").is_some() && s.count("ConfigLoaded").is_some()
+    })
+    .await;
+    assert!(recorded, "{:#?}", summary(&state));
+    // Nothing more arrives for the rest of the stretch.
+    let sent = support::eventually(Duration::from_secs(5), || async {
+        metric(&gateway, "tailgate_k8s_events_sent_total", &["create"]).await >= 2.0
+    })
+    .await;
+    assert!(sent);
+    let state = api.state().await;
+    assert_eq!(state.events.len(), 2, "{:#?}", summary(&state));
+    assert_eq!(state.count("DecisionsForcedEarly"), Some(1));
+    let event = state.with_reason("DecisionsForcedEarly")[0];
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["action"], "DecideEarly");
+    assert!(
+        event["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("num_traces")),
+        "{event}"
+    );
+    assert!(
+        state
+            .requests
+            .iter()
+            .all(|r| r.errors.is_empty() && r.status == 201),
+        "{:#?}",
+        summary(&state)
+    );
+    assert_eq!(
+        metric(&gateway, "tailgate_k8s_events_sent_total", &["patch"]).await,
+        0.0
+    );
+}
