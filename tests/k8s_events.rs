@@ -65,6 +65,11 @@ fn request(first: u64, count: u64) -> ExportTraceServiceRequest {
 /// A gateway with a memory limiter (limit 64 MiB, soft limit 48 MiB, checked every
 /// 100ms), exporting to `sink` with fast retries, and the `k8s_events` section `events`.
 fn config(sink: &str, events: &str, limiter: bool) -> String {
+    config_with_http(sink, events, limiter, 0)
+}
+
+/// [`config`] with the OTLP/HTTP receiver on `http_port` (0: any).
+fn config_with_http(sink: &str, events: &str, limiter: bool, http_port: u16) -> String {
     let (processors, limiter_yaml) = if limiter {
         (
             "[memory_limiter, batch]",
@@ -79,6 +84,7 @@ receivers:
   otlp:
     protocols:
       grpc: {{endpoint: 127.0.0.1:0, max_recv_msg_size_mib: 16}}
+      http: {{endpoint: "127.0.0.1:{http_port}"}}
 processors:
 {limiter_yaml}  batch: {{send_batch_size: 1000, timeout: 20ms}}
 exporters:
@@ -150,11 +156,50 @@ async fn wait_for_api(
     }
 }
 
-/// One outage of the sink: stops it, then sends waves of [`CONCURRENT`] ~1 MiB requests,
-/// each on its own connection (whose buffers the budget does not hold, so the RSS passes
-/// the soft limit as in a real burst), until the limiter leaves its normal state; resumes
-/// the sink. Returns the spans accepted.
-async fn outage_until_limited(gateway: &GatewayProcess, sink: &mut OtlpSink, first: u64) -> u64 {
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// POSTs `request` as OTLP/HTTP protobuf on a connection closed after the answer (idle
+/// connections would keep the server's read buffers, which the RSS counts, and hold the
+/// limiter in its soft state). True when accepted, false when refused retryably.
+async fn post(http_port: u16, request: ExportTraceServiceRequest) -> bool {
+    use prost::Message;
+    let body = request.encode_to_vec();
+    let status = tokio::task::spawn_blocking(move || {
+        reqwest::blocking::Client::new()
+            .post(format!("http://127.0.0.1:{http_port}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .header("connection", "close")
+            .body(body)
+            .send()
+            .expect("OTLP/HTTP request sent")
+            .status()
+            .as_u16()
+    })
+    .await
+    .expect("POST task");
+    match status {
+        200 => true,
+        429 | 503 => false,
+        other => panic!("unexpected status {other}"),
+    }
+}
+
+/// One outage of the sink: stops it, then sends waves of [`CONCURRENT`] ~1 MiB OTLP/HTTP
+/// requests at once, each on its own connection (whose buffers the budget does not hold, so
+/// the RSS passes the soft limit as in a real burst), until the limiter leaves its normal
+/// state; resumes the sink. Returns the spans accepted.
+async fn outage_until_limited(
+    gateway: &GatewayProcess,
+    http_port: u16,
+    sink: &mut OtlpSink,
+    first: u64,
+) -> u64 {
     sink.stop().await;
     let mut accepted = 0;
     let mut refused = 0;
@@ -162,15 +207,8 @@ async fn outage_until_limited(gateway: &GatewayProcess, sink: &mut OtlpSink, fir
     for wave in 0..MAX_WAVES {
         let sends: Vec<_> = (0..CONCURRENT)
             .map(|c| {
-                let grpc = gateway.grpc.clone();
                 let first = first + (wave * CONCURRENT + c) * SPANS_PER_REQUEST;
-                tokio::spawn(async move {
-                    let mut client = TraceServiceClient::connect(format!("http://{grpc}"))
-                        .await
-                        .expect("connect to the gateway")
-                        .max_encoding_message_size(64 << 20);
-                    send(&mut client, request(first, SPANS_PER_REQUEST)).await
-                })
+                tokio::spawn(post(http_port, request(first, SPANS_PER_REQUEST)))
             })
             .collect();
         for sent in sends {
@@ -200,7 +238,8 @@ async fn outage_until_limited(gateway: &GatewayProcess, sink: &mut OtlpSink, fir
 
 /// Scenario: the tailgate binary with `k8s_events` pointed at the fake API server and the
 /// downward API's variables set, a memory limiter (soft limit 48 MiB) and a sink that goes
-/// down twice: each time, waves of 48 concurrent ~1 MiB requests are sent until the limiter
+/// down twice: each time, waves of 48 concurrent ~1 MiB OTLP/HTTP requests (each on a
+/// connection closed after it) are sent until the limiter
 /// leaves its normal state, then the sink comes back and the queue drains; then SIGTERM.
 /// Guarantees: every Event the gateway posted passed the Kubernetes 1.30 schema and the
 /// API server's Event validation (no request refused); each is `regarding` the Pod
@@ -215,8 +254,9 @@ async fn outage_until_limited(gateway: &GatewayProcess, sink: &mut OtlpSink, fir
 async fn transitions_become_one_valid_event_each_and_repeats_move_the_series() {
     let api = FakeKubeApi::start(0.0);
     let mut sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let http_port = free_port();
     let gateway = GatewayProcess::start_with_env(
-        &config(&sink.addr.to_string(), &api.extension(""), true),
+        &config_with_http(&sink.addr.to_string(), &api.extension(""), true, http_port),
         &POD,
     );
     let (loaded, _) = wait_for_api(&api, Duration::from_secs(20), |s| {
@@ -227,7 +267,7 @@ async fn transitions_become_one_valid_event_each_and_repeats_move_the_series() {
 
     let mut accepted = 0;
     for round in 0..2u64 {
-        accepted += outage_until_limited(&gateway, &mut sink, round * 10_000_000).await;
+        accepted += outage_until_limited(&gateway, http_port, &mut sink, round * 10_000_000).await;
         let delivered = support::eventually(Duration::from_secs(60), || async {
             sink.handle.span_count() as u64 >= accepted
                 && metric(&gateway, "tailgate_memory_limiter_state", &[]).await == 0.0
@@ -235,9 +275,11 @@ async fn transitions_become_one_valid_event_each_and_repeats_move_the_series() {
         .await;
         assert!(
             delivered,
-            "round {round}: {} of {accepted} spans delivered, limiter state {}",
+            "round {round}: {} of {accepted} spans delivered, limiter state {}, RSS {}, budget {}",
             sink.handle.span_count(),
-            metric(&gateway, "tailgate_memory_limiter_state", &[]).await
+            metric(&gateway, "tailgate_memory_limiter_state", &[]).await,
+            metric(&gateway, "tailgate_memory_limiter_rss_bytes", &[]).await,
+            metric(&gateway, "tailgate_memory_budget_used_bytes", &[]).await,
         );
         let expected = round + 1;
         let (recorded, state) = wait_for_api(&api, Duration::from_secs(20), |s| {
@@ -257,8 +299,13 @@ async fn transitions_become_one_valid_event_each_and_repeats_move_the_series() {
             summary(&state)
         );
     }
-    let sent_before_drain = metric(&gateway, "tailgate_k8s_events_sent_total", &["create"]).await
-        + metric(&gateway, "tailgate_k8s_events_sent_total", &["patch"]).await;
+    // The fake stores an Event before it answers; the gateway counts it once answered.
+    let sent = || async {
+        metric(&gateway, "tailgate_k8s_events_sent_total", &["create"]).await
+            + metric(&gateway, "tailgate_k8s_events_sent_total", &["patch"]).await
+    };
+    support::eventually(Duration::from_secs(5), || async { sent().await >= 9.0 }).await;
+    let sent_before_drain = sent().await;
     let failed = metric(&gateway, "tailgate_k8s_events_failed_total", &["timeout"]).await
         + metric(&gateway, "tailgate_k8s_events_failed_total", &["transport"]).await
         + metric(&gateway, "tailgate_k8s_events_failed_total", &["rejected"]).await
