@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Creates the Python virtualenv the integration tests run the OpenTelemetry Python SDK from
-# (tests/python_sdk.rs): target/test-venv with pinned opentelemetry-sdk and
-# opentelemetry-exporter-otlp-proto-http from PyPI.
+# Creates the Python virtualenv the integration tests run Python from: the OpenTelemetry
+# Python SDK (tests/python_sdk.rs) and the fake Kubernetes API server that validates Events
+# (tests/k8s_events.rs, tests/support/k8s_events_server.py): target/test-venv with pinned
+# opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http and kubernetes-validate from PyPI.
 #
 #   scripts/install-test-python.sh
 #
@@ -15,6 +16,9 @@ VENV="$ROOT/target/test-venv"
 REQUIREMENTS=(
   "opentelemetry-sdk==1.45.2"
   "opentelemetry-exporter-otlp-proto-http==1.45.2"
+  # tests/k8s_events.rs: the fake events.k8s.io API server validates what it receives
+  # against the Kubernetes OpenAPI schemas (same pin as scripts/check-deploy.sh).
+  "kubernetes-validate==1.37.0"
 )
 
 stamp="$VENV/.requirements"

@@ -22,6 +22,7 @@ use crate::receiver::{
     Authenticator, MetricsIntake, ReceiverMetricFamilies, TracesIntake, Transport, otlp_grpc,
     otlp_http,
 };
+use crate::telemetry::k8s_events::Transition;
 use crate::telemetry::{self, Health, HealthState};
 
 /// Failure to start the gateway.
@@ -192,6 +193,15 @@ impl Gateway {
                 telemetry_stopped.clone(),
             )));
         }
+        for id in &config.service.extensions {
+            if let Some(ExtensionConfig::K8sEvents(events)) = config.extensions.get(id) {
+                telemetry_tasks.extend(telemetry::k8s_events::start(
+                    events,
+                    &registry,
+                    telemetry_stopped.clone(),
+                )?);
+            }
+        }
         if let Some((listener, path)) = health_listener {
             telemetry_tasks.push(tokio::spawn(telemetry::serve_health(
                 listener,
@@ -302,6 +312,10 @@ impl Gateway {
         pipelines.started().await;
         health.set(HealthState::Serving);
         tracing::info!(event = "gateway.started", version = telemetry::VERSION);
+        telemetry::k8s_events::record(|| Transition::ConfigLoaded {
+            pipelines: config.service.pipelines.len(),
+            exporters: config.exporters.len(),
+        });
         Ok(Self {
             addresses,
             health,

@@ -36,6 +36,7 @@ use tokio::time::Instant;
 use crate::payload::GiveUpSignal;
 use crate::service::Gateway;
 use crate::telemetry::HealthState;
+use crate::telemetry::k8s_events::{self, Transition};
 
 /// How long stages get, after the give-up signal, to count what they hold and end before
 /// they are aborted.
@@ -83,6 +84,7 @@ impl Gateway {
         let deadline = Instant::now() + timeout;
         self.health.set(HealthState::Draining);
         tracing::info!(event = "shutdown.started", timeout = ?timeout);
+        k8s_events::record(|| Transition::Draining { timeout });
         let mut completed = true;
 
         // 0. A replica that follows a ring leaves it first: its peers take over what it

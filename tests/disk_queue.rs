@@ -149,8 +149,9 @@ fn segment_bytes(dir: &Path) -> u64 {
 /// down accepts 400 spans, then shuts down with a 300ms shutdown_timeout. A second gateway
 /// starts on the same directory with the destination up.
 /// Guarantees: the first gateway delivers nothing and counts nothing as dropped (the spans
-/// are on disk: `tailgate_exporter_queue_persisted_items_total` is 400 and segment files
-/// hold them); the second replays them (`tailgate_exporter_queue_replayed_items_total`
+/// are on disk: `tailgate_exporter_queue_persisted_items_total` is 400, segment files
+/// hold them, and `tailgate_exporter_queue_disk_limit_bytes` shows the default
+/// `max_size_mib`); the second replays them (`tailgate_exporter_queue_replayed_items_total`
 /// 400) and every span arrives exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_spans_survive_a_shutdown_and_arrive_once() {
@@ -177,6 +178,15 @@ async fn queued_spans_survive_a_shutdown_and_arrive_once() {
             "tailgate_exporter_queue_disk_bytes",
             &["exporter=\"otlp/tempo\""]
         ) > 0.0
+    );
+    assert_eq!(
+        support::metric_value(
+            &text,
+            "tailgate_exporter_queue_disk_limit_bytes",
+            &["exporter=\"otlp/tempo\""]
+        ),
+        f64::from(1024u32 << 20),
+        "the limit is max_size_mib's default"
     );
     let report = gateway.shutdown().await;
     assert_eq!(report.delivered_spans, 0);

@@ -104,13 +104,14 @@ async fn health_reports_serving_then_draining() {
 /// Scenario: a gateway running every component of the deployed pipelines is scraped: the
 /// one-tier layout of `deploy/base/config/one-tier.yaml` (a `loadbalancing` exporter whose
 /// only backend is this gateway's own `otlp/peers` receiver, feeding tail sampling with
-/// `hand_off`), span metrics, batch and exporters.
+/// `hand_off`), span metrics, batch and exporters, one of them with a persistent queue.
 /// Guarantees: every metric family that the alert rules and the dashboard use
 /// (`deploy/monitoring/metrics.txt`) is exposed, with the type listed there, so the
 /// monitoring in `deploy/` cannot silently drift from the binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exposes_every_metric_the_monitoring_uses() {
     let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let queue = tempfile::tempdir().expect("queue directory");
     // The ring names the peers' receiver by address, so its port is chosen here.
     let peers = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
@@ -131,14 +132,17 @@ processors:
     policies: [{{name: errors, type: status_code, status_code: {{status_codes: [ERROR]}}}}]
   batch: {{}}
 exporters:
-  otlp/sink: {{endpoint: "{sink}", tls: {{insecure: true}}}}
+  otlp/sink: {{endpoint: "{sink}", tls: {{insecure: true}}, sending_queue: {{storage: file_storage/queue}}}}
   loadbalancing:
     routing_key: traceID
     protocol: {{otlp: {{tls: {{insecure: true}}}}}}
     resolver: {{static: {{hostnames: ["{peers}"]}}}}
 connectors:
   spanmetrics: {{}}
+extensions:
+  file_storage/queue: {{directory: "{queue}"}}
 service:
+  extensions: [file_storage/queue]
   pipelines:
     traces/metrics: {{receivers: [otlp], processors: [memory_limiter], exporters: [spanmetrics]}}
     traces/route: {{receivers: [otlp], processors: [memory_limiter], exporters: [loadbalancing]}}
@@ -147,7 +151,8 @@ service:
   telemetry:
     metrics: {{address: 127.0.0.1:0}}
 "#,
-        sink = sink.addr
+        sink = sink.addr,
+        queue = queue.path().display(),
     );
     let gateway = support::start_gateway(&config).await;
     let metrics = support::scrape(&gateway).await;

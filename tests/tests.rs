@@ -8,6 +8,7 @@ mod disk_queue;
 mod export_retry;
 mod fuzz_corpora;
 mod http_encodings;
+mod k8s_events;
 mod late_spans;
 mod loadbalancing;
 mod loadbalancing_dns;

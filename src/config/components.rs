@@ -17,8 +17,9 @@ use super::tls;
 use super::value::Value;
 use super::{
     BatchConfig, ComponentId, CorsConfig, DebugExporterConfig, ExporterConfig, ExtensionConfig,
-    FileStorageConfig, GrpcServerConfig, HealthCheckConfig, HttpServerConfig, OtlpExporterConfig,
-    OtlpReceiverConfig, ProcessorConfig, ReceiverConfig, TlsServerConfig, TlsVersion, Verbosity,
+    FileStorageConfig, GrpcServerConfig, HealthCheckConfig, HttpServerConfig, K8sEventsConfig,
+    OtlpExporterConfig, OtlpReceiverConfig, ProcessorConfig, ReceiverConfig, TlsServerConfig,
+    TlsVersion, Verbosity,
 };
 
 /// The components of one section, typed, and every id declared in it (including ids whose
@@ -740,13 +741,14 @@ fn debug_exporter(problems: &mut Problems, debug: &Fields<'_>) -> DebugExporterC
 
 // === extensions ===
 
-/// The reader of `extensions.<id>`: `health_check`, `file_storage`, `bearertokenauth` or
-/// `basicauth`.
+/// The reader of `extensions.<id>`: `health_check`, `file_storage`, `bearertokenauth`,
+/// `basicauth` or `k8s_events`.
 pub(crate) fn extension(id: &ComponentId) -> &'static Reader<ExtensionConfig> {
     match id.kind.as_str() {
         "file_storage" => &FILE_STORAGE,
         "bearertokenauth" => &auth::BEARER_TOKEN_AUTH,
         "basicauth" => &auth::BASIC_AUTH,
+        "k8s_events" => &K8S_EVENTS,
         _ => &HEALTH_CHECK,
     }
 }
@@ -883,6 +885,76 @@ fn check_storage_directory(problems: &mut Problems, path: &str, directory: &Path
                 directory.display()
             ),
         );
+    }
+}
+
+/// `extensions.k8s_events` (tailgate's).
+const K8S_EVENTS: Reader<ExtensionConfig> = Reader {
+    known: &[
+        "enabled",
+        "api_server",
+        "token_file",
+        "ca_file",
+        "namespace_file",
+        "series_window",
+        "queue_size",
+        "timeout",
+    ],
+    unsupported: &[],
+    typed: |problems, fields| ExtensionConfig::K8sEvents(k8s_events(problems, fields)),
+};
+
+fn k8s_events(problems: &mut Problems, events: &Fields<'_>) -> K8sEventsConfig {
+    let api_server = events.string(problems, "api_server").and_then(|url| {
+        // A host, and a port when a ':' says one follows.
+        let valid = url.starts_with("https://")
+            && url.parse::<http::Uri>().ok().is_some_and(|uri| {
+                uri.authority().is_some_and(|authority| {
+                    !authority.host().is_empty()
+                        && (authority.port_u16().is_some() || !authority.as_str().ends_with(':'))
+                })
+            });
+        if valid {
+            Some(url.trim_end_matches('/').to_owned())
+        } else {
+            problems.add(
+                events.key_path("api_server"),
+                format!(
+                    "invalid URL {url:?}: write the API server's https:// URL, e.g. https://kubernetes.default.svc:443"
+                ),
+            );
+            None
+        }
+    });
+    let path = |problems: &mut Problems, key: &str, default: fn() -> PathBuf| match events
+        .string(problems, key)
+    {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        Some(_) => {
+            problems.add(events.key_path(key), "must not be empty: name a file");
+            default()
+        }
+        None => default(),
+    };
+    K8sEventsConfig {
+        enabled: events
+            .boolean(problems, "enabled")
+            .unwrap_or(defaults::K8S_EVENTS_ENABLED),
+        api_server,
+        token_file: path(problems, "token_file", defaults::k8s_events_token_file),
+        ca_file: path(problems, "ca_file", defaults::k8s_events_ca_file),
+        namespace_file: path(
+            problems,
+            "namespace_file",
+            defaults::k8s_events_namespace_file,
+        ),
+        series_window: events
+            .duration(problems, "series_window")
+            .unwrap_or(defaults::K8S_EVENTS_SERIES_WINDOW),
+        queue_size: events.at_least_one(problems, "queue_size", defaults::K8S_EVENTS_QUEUE_SIZE),
+        timeout: events
+            .positive_duration(problems, "timeout")
+            .unwrap_or(defaults::K8S_EVENTS_TIMEOUT),
     }
 }
 

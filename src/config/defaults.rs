@@ -199,6 +199,37 @@ pub(crate) const FILE_STORAGE_FSYNC: bool = false;
 /// `extensions.file_storage.max_size_mib` (tailgate's): disk space per exporter queue.
 pub(crate) const FILE_STORAGE_MAX_SIZE_MIB: u64 = 1024;
 
+/// `extensions.k8s_events.enabled`.
+pub(crate) const K8S_EVENTS_ENABLED: bool = true;
+
+/// The service-account directory every Pod gets (when its token is mounted).
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// `extensions.k8s_events.token_file`.
+pub(crate) fn k8s_events_token_file() -> std::path::PathBuf {
+    std::path::Path::new(SERVICE_ACCOUNT_DIR).join("token")
+}
+
+/// `extensions.k8s_events.ca_file`.
+pub(crate) fn k8s_events_ca_file() -> std::path::PathBuf {
+    std::path::Path::new(SERVICE_ACCOUNT_DIR).join("ca.crt")
+}
+
+/// `extensions.k8s_events.namespace_file`.
+pub(crate) fn k8s_events_namespace_file() -> std::path::PathBuf {
+    std::path::Path::new(SERVICE_ACCOUNT_DIR).join("namespace")
+}
+
+/// `extensions.k8s_events.series_window`: client-go's events library ends a series after
+/// 6 minutes without a repeat; 10 minutes keeps a flapping state in one Event a little longer.
+pub(crate) const K8S_EVENTS_SERIES_WINDOW: Duration = Duration::from_secs(600);
+
+/// `extensions.k8s_events.queue_size`.
+pub(crate) const K8S_EVENTS_QUEUE_SIZE: usize = 64;
+
+/// `extensions.k8s_events.timeout`.
+pub(crate) const K8S_EVENTS_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// `service.telemetry.metrics.address`. The Collector defaults to `localhost:8888`.
 pub(crate) fn metrics_address() -> String {
     "0.0.0.0:8888".to_owned()

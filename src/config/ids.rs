@@ -83,6 +83,7 @@ const TYPES: &[(Section, &str, &str)] = &[
     (Section::Extensions, "file_storage", "file_storage"),
     (Section::Extensions, "bearertokenauth", "bearertokenauth"),
     (Section::Extensions, "basicauth", "basicauth"),
+    (Section::Extensions, "k8s_events", "k8s_events"),
 ];
 
 /// The canonical type for `kind` in `section`, when tailgate implements it.

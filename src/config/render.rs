@@ -175,6 +175,22 @@ pub fn render(config: &Config) -> String {
                     out.string(3, "inline", Secret::REDACTED);
                 }
             }
+            ExtensionConfig::K8sEvents(events) => {
+                out.plain(2, "enabled", events.enabled);
+                if let Some(api_server) = &events.api_server {
+                    out.string(2, "api_server", api_server);
+                }
+                out.string(2, "token_file", &events.token_file.to_string_lossy());
+                out.string(2, "ca_file", &events.ca_file.to_string_lossy());
+                out.string(
+                    2,
+                    "namespace_file",
+                    &events.namespace_file.to_string_lossy(),
+                );
+                out.plain(2, "series_window", duration::format(events.series_window));
+                out.plain(2, "queue_size", events.queue_size);
+                out.plain(2, "timeout", duration::format(events.timeout));
+            }
         }
     }
 

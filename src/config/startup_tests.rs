@@ -259,6 +259,15 @@ extensions:
     htpasswd:
       file: {htpasswd}
       inline: "inline:{{SHA}}W6ph5Mm5Pz8GgiULbPgzG37mj9g="
+  k8s_events:
+    enabled: true
+    api_server: https://127.0.0.1:6443
+    token_file: /var/run/secrets/kubernetes.io/serviceaccount/token
+    ca_file: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+    namespace_file: /var/run/secrets/kubernetes.io/serviceaccount/namespace
+    series_window: 10m
+    queue_size: 64
+    timeout: 3s
 service:
   extensions: [health_check, file_storage/queue, bearertokenauth, basicauth]
   pipelines:

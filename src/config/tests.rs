@@ -554,7 +554,7 @@ service:
             "processors.filter/x: unknown processor type \"filter\" (known: batch, memory_limiter, tail_sampling)",
             "exporters.kafka/out: unknown exporter type \"kafka\" (known: otlp, otlp_grpc, otlphttp, otlp_http, debug, prometheusremotewrite, prometheus_remote_write, loadbalancing, load_balancing)",
             "connectors.count: connector type \"count\" is not supported yet by this version of tailgate; remove it",
-            "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check, file_storage, bearertokenauth, basicauth)",
+            "extensions.healthcheck: unknown extension type \"healthcheck\" (known: health_check, file_storage, bearertokenauth, basicauth, k8s_events)",
         ]
     );
 }

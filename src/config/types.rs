@@ -800,6 +800,8 @@ pub enum ExtensionConfig {
     /// `basicauth`: a server authenticator that takes requests carrying a user and password
     /// of its htpasswd entries.
     BasicAuth(BasicAuthConfig),
+    /// `k8s_events` (tailgate's): Kubernetes Events for the gateway's own state changes.
+    K8sEvents(K8sEventsConfig),
 }
 
 /// A credential from the config (a token, an inline htpasswd): compared and used, never
@@ -868,6 +870,42 @@ pub struct BasicAuthConfig {
     /// The entries of `file` then `inline` (a user in both: the later line wins), parsed
     /// when the config is loaded.
     pub users: Htpasswd,
+}
+
+/// `extensions.k8s_events` (tailgate's own extension): posts an `events.k8s.io/v1` Event
+/// about the gateway's own Pod when it enters or leaves a state an operator acts on
+/// (refusing data, exporter failing, deciding traces early, draining, peers changing).
+///
+/// Runs when listed in `service.extensions`, `enabled` and inside a cluster: without the
+/// service-account token file it stays off (logged once at start). Every path and the API
+/// server default to the in-cluster values, so in a Pod with a token nothing needs setting.
+#[derive(Clone, Debug, PartialEq)]
+pub struct K8sEventsConfig {
+    /// `enabled` (default true): false turns the Events off without removing the section.
+    pub enabled: bool,
+    /// `api_server` (default `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`):
+    /// the API server's base URL; must be `https://`.
+    pub api_server: Option<String>,
+    /// `token_file` (default the service-account token): read again for every request, so
+    /// a projected token that the kubelet rotates keeps working.
+    pub token_file: PathBuf,
+    /// `ca_file` (default the service-account `ca.crt`): the CA that signed the API
+    /// server's certificate.
+    pub ca_file: PathBuf,
+    /// `namespace_file` (default the service-account `namespace`): the Pod's namespace
+    /// when the `POD_NAMESPACE` environment variable is not set.
+    pub namespace_file: PathBuf,
+    /// `series_window` (default 10m): a repeat of the same transition within this time of
+    /// the last one updates the existing Event's `series` (count, last observed time)
+    /// instead of creating a new Event.
+    pub series_window: Duration,
+    /// `queue_size` (default 64): transitions waiting to be posted. When full, a new one
+    /// is dropped and counted (`tailgate_k8s_events_failed_total{reason="queue_full"}`);
+    /// the data path never waits for the API server.
+    pub queue_size: NonZeroUsize,
+    /// `timeout` (default 3s): the limit on one request to the API server, so that a slow
+    /// server only delays the background task.
+    pub timeout: Duration,
 }
 
 /// `extensions.file_storage`: where persistent sending queues live, and how they write.

@@ -35,6 +35,7 @@ use tokio::sync::watch;
 
 use crate::config::{MemoryAmount, MemoryLimiterConfig};
 use crate::error::PipelineError;
+use crate::telemetry::k8s_events::{self, Transition};
 
 /// The process's way to hand freed memory back to the OS; see [`set_memory_release`].
 static MEMORY_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
@@ -396,6 +397,23 @@ impl MemoryLimiter {
                         $($limit = $value,)*
                     )
                 };
+            }
+            // Events mark leaving and re-entering the normal state; soft <-> hard moves
+            // are logged only.
+            if before == LimiterState::Normal || after == LimiterState::Normal {
+                k8s_events::record(|| match after {
+                    LimiterState::Normal => Transition::MemoryPressureRelieved {
+                        rss_bytes: rss,
+                        used_bytes: used,
+                    },
+                    _ => Transition::MemoryLimitReached {
+                        state: after.label(),
+                        rss_bytes: rss,
+                        used_bytes: used,
+                        soft_limit_bytes: self.limits.soft,
+                        hard_limit_bytes: self.limits.hard,
+                    },
+                });
             }
             if after == LimiterState::Normal {
                 state_changed!(info);

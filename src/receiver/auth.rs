@@ -133,7 +133,9 @@ impl Authenticator {
         let kind = match config {
             ExtensionConfig::BearerTokenAuth(bearer) => Kind::Bearer(Bearer::new(id, bearer)),
             ExtensionConfig::BasicAuth(basic) => Kind::Basic(Basic::new(basic)),
-            ExtensionConfig::HealthCheck(_) | ExtensionConfig::FileStorage(_) => return None,
+            ExtensionConfig::HealthCheck(_)
+            | ExtensionConfig::FileStorage(_)
+            | ExtensionConfig::K8sEvents(_) => return None,
         };
         Some(Self {
             inner: Arc::new(Inner {

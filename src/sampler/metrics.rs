@@ -25,7 +25,7 @@ pub enum EarlyReason {
 }
 
 impl EarlyReason {
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::NumTraces => "num_traces",
             Self::MemoryPressure => "memory_pressure",

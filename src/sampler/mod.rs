@@ -76,6 +76,7 @@ use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
 use crate::otlp::{ResourceSpansView, SpanView, TraceId, TraceRequestWriter, parse_traces_request};
 use crate::payload::{Arrival, Downstream, Payload, TraceBatch};
+use crate::telemetry::k8s_events::{self, Transition};
 
 /// The scope attribute naming the policy that kept a trace (`record_policy`).
 pub const POLICY_ATTRIBUTE: &str = "tailsampling.policy";
@@ -919,6 +920,11 @@ impl TailSampler {
                     };
                     if trace.deadline > now && trace.early.is_none() {
                         self.metrics.record_early(early_reason);
+                        if early_reason != EarlyReason::Leaving {
+                            k8s_events::record(|| Transition::DecisionsForcedEarly {
+                                reason: early_reason.label(),
+                            });
+                        }
                     }
                     self.release(&trace);
                     let kept = self.decide(&mut shard, trace_id, &trace, now, &mut votes);

@@ -1,5 +1,6 @@
 //! Self-telemetry: the metrics registry and its endpoint, process metrics, the health
-//! endpoint, and logging.
+//! endpoint, logging, and Kubernetes Events for the gateway's own state changes
+//! ([`k8s_events`]).
 //!
 //! Components register their metric families against the one [`prometheus::Registry`]
 //! built here (no global registry) and hold label-bound handles. Logs are `tracing` events
@@ -7,6 +8,7 @@
 //! `"exporter.retry"`) with key/value fields; they mark state transitions, not requests.
 
 mod health;
+pub mod k8s_events;
 mod logging;
 mod process;
 mod server;

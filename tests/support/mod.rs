@@ -5,6 +5,7 @@
 
 pub mod dns;
 pub mod fuzz_checks;
+pub mod k8s_api;
 pub mod metrics_sink;
 pub mod process;
 pub mod prometheus;

@@ -23,12 +23,18 @@ impl GatewayProcess {
     /// Starts the binary with `config` (which must bind the gRPC receiver `otlp` and the
     /// metrics endpoint, on port 0 for example) and waits for both to be announced.
     pub fn start(config: &str) -> Self {
+        Self::start_with_env(config, &[])
+    }
+
+    /// Like [`start`](Self::start), with `env` added to the process's environment.
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, config).expect("write config");
         let mut child = Command::new(env!("CARGO_BIN_EXE_tailgate"))
             .args(["--config", path.to_str().expect("utf-8")])
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .spawn()
             .expect("tailgate starts");

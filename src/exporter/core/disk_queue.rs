@@ -390,6 +390,7 @@ async fn open<P: Payload, T: Transport<Request = Bytes>>(
         consumers,
     } = plan;
     let opening_dir = dir.clone();
+    let max_bytes = options.max_bytes;
     // The lock wait sleeps and the scan reads every segment: both block, so they run on
     // the blocking pool.
     let opened = tokio::task::spawn_blocking(move || {
@@ -427,6 +428,7 @@ async fn open<P: Payload, T: Transport<Request = Bytes>>(
         inner.report(shared.id(), corruption);
     }
     inner.metrics.record_replayed(recovered.items);
+    inner.metrics.set_disk_limit(max_bytes);
     inner.publish_disk_bytes();
     let weak = Arc::downgrade(&inner);
     shared.metrics().observe_queue(

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::metrics::{FailureReason, RetryErrorType};
+use crate::telemetry::k8s_events::{self, Transition};
 
 /// At most one `exporter.dropped` line per this interval per exporter.
 pub(crate) const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -71,6 +72,11 @@ impl Health {
         message: &str,
     ) {
         if !self.failing.swap(true, Ordering::Relaxed) {
+            k8s_events::record(|| Transition::ExportFailing {
+                exporter: self.exporter.clone(),
+                error_type: error_type.as_str(),
+                message: message.to_owned(),
+            });
             tracing::warn!(
                 event = "exporter.retry",
                 exporter = %self.exporter,
@@ -85,6 +91,9 @@ impl Health {
     /// An attempt succeeded; logs only when the exporter was failing until now.
     pub(crate) fn attempt_succeeded(&self) {
         if self.failing.swap(false, Ordering::Relaxed) {
+            k8s_events::record(|| Transition::ExportRecovered {
+                exporter: self.exporter.clone(),
+            });
             tracing::info!(
                 event = "exporter.recovered",
                 exporter = %self.exporter,
@@ -110,6 +119,14 @@ impl Health {
                 std::mem::take(&mut log.suppressed_items),
             )
         };
+        if self.data_type == "traces" {
+            k8s_events::record(|| Transition::SpansDropped {
+                exporter: self.exporter.clone(),
+                reason: reason.as_str(),
+                items,
+                message: message.to_owned(),
+            });
+        }
         tracing::error!(
             event = "exporter.dropped",
             exporter = %self.exporter,

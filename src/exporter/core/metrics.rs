@@ -82,6 +82,11 @@ mod desc {
         "tailgate_exporter_queue_disk_bytes",
         "Bytes of segment files held by a persistent sending queue.",
     );
+    pub const QUEUE_DISK_LIMIT: (&str, &str) = (
+        "tailgate_exporter_queue_disk_limit_bytes",
+        "The most bytes a persistent sending queue may hold on disk (its file_storage \
+         max_size_mib); at the limit, new batches wait and the exporter pushes back.",
+    );
     pub const RETRIES: (&str, &str) = (
         "tailgate_exporter_retries_total",
         "Number of export attempts that failed with a retryable error and were retried, \
@@ -261,6 +266,11 @@ impl ExporterMetricFamilies {
                     desc::QUEUE_DISK_BYTES,
                     &["exporter", "data_type"],
                 )?,
+                disk_limit: gauge_vec(
+                    registry,
+                    desc::QUEUE_DISK_LIMIT,
+                    &["exporter", "data_type"],
+                )?,
             },
         };
         registry.register(Box::new(SharedCollector(queue_size)))?;
@@ -340,6 +350,8 @@ pub(crate) struct DiskQueueMetrics<C = IntCounter, G = IntGauge> {
     corrupt: C,
     /// `tailgate_exporter_queue_disk_bytes`.
     disk_bytes: G,
+    /// `tailgate_exporter_queue_disk_limit_bytes`.
+    disk_limit: G,
 }
 
 impl DiskQueueMetrics {
@@ -363,6 +375,12 @@ impl DiskQueueMetrics {
         self.disk_bytes
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
+
+    /// The queue may hold at most `bytes` on disk.
+    pub(crate) fn set_disk_limit(&self, bytes: u64) {
+        self.disk_limit
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
 }
 
 impl ExporterMetrics {
@@ -379,6 +397,7 @@ impl ExporterMetrics {
             persisted: self.disk.persisted.with_label_values(&labels),
             corrupt: self.disk.corrupt.with_label_values(&labels),
             disk_bytes: self.disk.disk_bytes.with_label_values(&labels),
+            disk_limit: self.disk.disk_limit.with_label_values(&labels),
         }
     }
 

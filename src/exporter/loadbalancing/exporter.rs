@@ -622,6 +622,11 @@ impl LoadBalancer {
             backends = ?members.ring.backends(),
             removed = removing.len(),
         );
+        crate::telemetry::k8s_events::record_peers(
+            &self.id.written,
+            &current,
+            members.ring.backends(),
+        );
         // Under the write guard: exports waiting now would otherwise overtake the removed
         // backends' older batches.
         let mut rerouted = 0usize;
