@@ -2,7 +2,8 @@
 //!
 //! It sits at the end of the traces pipelines that list it as an exporter, before any tail
 //! sampling, so its counts are exact whatever is sampled later. For each span it reads, from
-//! the wire bytes, the name, kind, times and status code ([`crate::otlp::parse_traces_request`])
+//! the wire bytes, the name, kind, times and status code
+//! ([`crate::otlp::parse_validated_traces_request`], the receiver having validated them)
 //! and the dimension attributes ([`crate::otlp::attributes::find_attribute`], span first,
 //! then resource, then the dimension's default), and adds one call and one duration to its
 //! series. Spans whose resource has no `service.name` are skipped, as in the Collector.
@@ -438,7 +439,7 @@ impl Aggregator {
 
     /// Adds every span of a validated request.
     pub(crate) fn record(&mut self, request: &Bytes) {
-        let Ok(resources) = crate::otlp::parse_traces_request(request) else {
+        let Ok(resources) = crate::otlp::parse_validated_traces_request(request) else {
             // The receiver validated these bytes: a failure here is a bug, not the client's.
             tracing::error!(event = "spanmetrics.unparsable_batch");
             return;
