@@ -28,6 +28,10 @@ from pathlib import Path
 # makes one iteration, and the function called exactly once per iteration (the counter).
 # Names are callgrind's demangled Rust paths, matched as regexes at the end of the name.
 PATHS = {
+    "spanmetrics_record": (
+        [r"<tailgate::connector::spanmetrics::SpanMetricsConnector as .*Consumer<.*TraceBatch>>::consume"],
+        r"<tailgate::connector::spanmetrics::SpanMetricsConnector as .*Consumer<.*TraceBatch>>::consume",
+    ),
     "count_spans": (["tailgate::otlp::wire::count_spans"], "tailgate::otlp::wire::count_spans"),
     "parse_traces_request": (
         ["tailgate::otlp::wire::parse_traces_request"],

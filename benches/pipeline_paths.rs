@@ -9,6 +9,8 @@
 //! - `json`: OTLP/JSON → protobuf transcoding at the edge.
 //! - `frame`: re-framing every span with `TraceRequestWriter`, and `split_batch` into
 //!   100-span pieces.
+//! - `spanmetrics_record`: the default config's span-metrics connector recording every span
+//!   of a request into a warm aggregator (its series already exist).
 //! - `sampler`: the tail sampler with the seed policies (status_code ERROR + probabilistic
 //!   10%): parse + insert every span of a request into a fresh buffer (`sampler_insert`),
 //!   and deciding every buffered trace and framing the kept ones (`sampler_decide`).
@@ -29,14 +31,15 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
-use tailgate::config::{ProcessorConfig, TailSamplingConfig};
+use tailgate::config::{ComponentId, ConnectorConfig, ProcessorConfig, TailSamplingConfig};
+use tailgate::connector::{SpanMetricsFlusher, SpanMetricsMetricFamilies};
 use tailgate::exporter::remote_write::translate::{Options, translate};
 use tailgate::limiter::MemoryBudget;
 use tailgate::loadgen::{Generator, GeneratorConfig};
 use tailgate::otlp::{
     TraceRequestWriter, count_spans, parse_traces_request, split_batch, traces_json_to_protobuf,
 };
-use tailgate::payload::{Downstream, TraceBatch};
+use tailgate::payload::{Consumer, Downstream, MetricsSink, TraceBatch};
 use tailgate::sampler::policy::PolicySet;
 use tailgate::sampler::{SamplerIngest, SamplerMetrics, SamplerSettings, TailSampler};
 use tokio::sync::mpsc;
@@ -167,6 +170,24 @@ fn bench(c: &mut Criterion) {
             b.iter(|| split_batch(black_box(&bytes), spans, Some(100), usize::MAX).expect("valid"))
         });
 
+        // === span metrics: every span of a request into a warm aggregator, per span ===
+        // The default topology's connector with its default dimensions; its series exist
+        // after the first iteration, as in a running gateway.
+        let (id, span_metrics) = default_span_metrics_config();
+        let (connector, _flusher) = SpanMetricsFlusher::start(
+            &id,
+            &span_metrics,
+            SpanMetricsMetricFamilies::register(&prometheus::Registry::new())
+                .expect("fresh registry")
+                .for_connector(&id),
+            MetricsSink::new(Vec::new(), MemoryBudget::unlimited()),
+            MemoryBudget::unlimited(),
+        );
+        group.bench_function("spanmetrics_record", |b| {
+            // Recording is done when `consume` returns; its future is ready.
+            b.iter(|| drop(connector.consume(black_box(batch.clone()))))
+        });
+
         // === sampler: buffer insert and decide, per span ===
         // Each iteration gets a fresh sampler (built outside the timing), as in the
         // gateway: 16 shards, the seed's policies and timings. Compare with
@@ -244,6 +265,20 @@ service: {pipelines: {traces: {receivers: [otlp], processors: [tail_sampling], e
         Some(ProcessorConfig::TailSampling(tail_sampling)) => tail_sampling,
         _ => panic!("tail_sampling configured"),
     }
+}
+
+/// The built-in default config's span-metrics connector.
+fn default_span_metrics_config() -> (ComponentId, tailgate::config::SpanMetricsConfig) {
+    let config = tailgate::config::load_str(&[tailgate::config::DEFAULT_CONFIG])
+        .expect("the default config loads");
+    config
+        .connectors
+        .into_iter()
+        .find_map(|(id, connector)| match connector {
+            ConnectorConfig::SpanMetrics(span_metrics) => Some((id, span_metrics)),
+            _ => None,
+        })
+        .expect("the default config has a spanmetrics connector")
 }
 
 /// A sampler as the gateway builds it (16 shards, unlimited budget).

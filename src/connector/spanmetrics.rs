@@ -2,7 +2,8 @@
 //!
 //! It sits at the end of the traces pipelines that list it as an exporter, before any tail
 //! sampling, so its counts are exact whatever is sampled later. For each span it reads, from
-//! the wire bytes, the name, kind, times and status code ([`crate::otlp::parse_traces_request`])
+//! the wire bytes, the name, kind, times and status code
+//! ([`crate::otlp::parse_validated_traces_request`], the receiver having validated them)
 //! and the dimension attributes ([`crate::otlp::attributes::find_attribute`], span first,
 //! then resource, then the dimension's default), and adds one call and one duration to its
 //! series. Spans whose resource has no `service.name` are skipped, as in the Collector.
@@ -27,7 +28,7 @@
 //! beyond the limit share one overflow resource.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -80,16 +81,73 @@ impl Hash for DimValue {
     }
 }
 
-impl DimValue {
+/// A [`DimValue`] borrowed from a request (or from the config, for a default).
+#[derive(Clone, Copy, Debug)]
+enum DimRef<'a> {
+    Str(&'a str),
+    Int(i64),
+    Bool(bool),
+    Double(f64),
+}
+
+impl<'a> DimRef<'a> {
     /// The value of an attribute; arrays, key-value lists and bytes key as their absence.
-    fn from_ref(value: AnyValueRef<'_>) -> Option<Self> {
+    fn from_ref(value: AnyValueRef<'a>) -> Option<Self> {
         match value {
-            AnyValueRef::String(s) => Some(Self::Str(s.to_owned())),
+            AnyValueRef::String(s) => Some(Self::Str(s)),
             AnyValueRef::Int(i) => Some(Self::Int(i)),
             AnyValueRef::Bool(b) => Some(Self::Bool(b)),
             AnyValueRef::Double(d) => Some(Self::Double(d)),
             _ => None,
         }
+    }
+
+    fn to_owned(self) -> DimValue {
+        match self {
+            Self::Str(s) => DimValue::Str(s.to_owned()),
+            Self::Int(i) => DimValue::Int(i),
+            Self::Bool(b) => DimValue::Bool(b),
+            Self::Double(d) => DimValue::Double(d),
+        }
+    }
+
+    /// Whether `owned` is this value (doubles compared by their bits, as they hash).
+    fn is(self, owned: &DimValue) -> bool {
+        match (self, owned) {
+            (Self::Str(a), DimValue::Str(b)) => a == b,
+            (Self::Int(a), DimValue::Int(b)) => a == *b,
+            (Self::Bool(a), DimValue::Bool(b)) => a == *b,
+            (Self::Double(a), DimValue::Double(b)) => a.to_bits() == b.to_bits(),
+            _ => false,
+        }
+    }
+
+    fn hash_into(self, state: &mut impl Hasher) {
+        match self {
+            Self::Str(s) => {
+                state.write_u8(0);
+                s.hash(state);
+            }
+            Self::Int(i) => {
+                state.write_u8(1);
+                i.hash(state);
+            }
+            Self::Bool(b) => {
+                state.write_u8(2);
+                b.hash(state);
+            }
+            Self::Double(d) => {
+                state.write_u8(3);
+                d.to_bits().hash(state);
+            }
+        }
+    }
+}
+
+impl DimValue {
+    /// The value of an attribute; arrays, key-value lists and bytes key as their absence.
+    fn from_ref(value: AnyValueRef<'_>) -> Option<Self> {
+        DimRef::from_ref(value).map(DimRef::to_owned)
     }
 
     fn to_any(&self) -> AnyValue {
@@ -123,6 +181,105 @@ struct SeriesKey {
     dimensions: Vec<Option<DimValue>>,
 }
 
+/// A [`SeriesKey`] borrowed from a span: what a span's series is looked up by, so that a
+/// span of a series already held copies nothing.
+struct SeriesProbe<'a> {
+    span_name: &'a str,
+    kind: i32,
+    status: i32,
+    dimensions: &'a [Option<DimRef<'a>>],
+}
+
+impl SeriesProbe<'_> {
+    /// The hash a series is found by (fixed for the process's life).
+    fn hash(&self) -> u64 {
+        let mut state = foldhash::fast::FixedState::default().build_hasher();
+        self.span_name.hash(&mut state);
+        state.write_i32(self.kind);
+        state.write_i32(self.status);
+        for dimension in self.dimensions {
+            match dimension {
+                Some(value) => value.hash_into(&mut state),
+                None => state.write_u8(0xff),
+            }
+        }
+        state.finish()
+    }
+
+    fn matches(&self, key: &SeriesKey) -> bool {
+        key.span_name == self.span_name
+            && key.kind == self.kind
+            && key.status == self.status
+            && key.dimensions.len() == self.dimensions.len()
+            && key
+                .dimensions
+                .iter()
+                .zip(self.dimensions)
+                .all(|(owned, probe)| match (owned, probe) {
+                    (Some(owned), Some(probe)) => probe.is(owned),
+                    (None, None) => true,
+                    _ => false,
+                })
+    }
+
+    fn to_key(&self) -> SeriesKey {
+        SeriesKey {
+            span_name: self.span_name.to_owned(),
+            kind: self.kind,
+            status: self.status,
+            dimensions: self
+                .dimensions
+                .iter()
+                .map(|value| value.map(DimRef::to_owned))
+                .collect(),
+        }
+    }
+}
+
+/// The series of one resource, found by the [`SeriesProbe::hash`] of their key: `index`
+/// holds the last series made with each hash, and `chain[i]` the series made before series
+/// `i` with the same hash. Series are kept in the order they were first seen.
+#[derive(Default)]
+struct SeriesTable {
+    index: HashMap<u64, usize, foldhash::fast::FixedState>,
+    chain: Vec<Option<usize>>,
+    entries: Vec<(SeriesKey, Series)>,
+}
+
+impl SeriesTable {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The position of the series `probe` (whose hash is `hash`) names, if held.
+    fn find(&self, hash: u64, probe: &SeriesProbe<'_>) -> Option<usize> {
+        let mut candidate = self.index.get(&hash).copied();
+        while let Some(i) = candidate {
+            if probe.matches(&self.entries[i].0) {
+                return Some(i);
+            }
+            candidate = self.chain[i];
+        }
+        None
+    }
+
+    /// Adds a series not held yet; returns its position.
+    fn insert(&mut self, hash: u64, key: SeriesKey, series: Series) -> usize {
+        let position = self.entries.len();
+        self.entries.push((key, series));
+        self.chain.push(self.index.insert(hash, position));
+        position
+    }
+
+    fn series_mut(&mut self, position: usize) -> &mut Series {
+        &mut self.entries[position].1
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&SeriesKey, &mut Series)> {
+        self.entries.iter_mut().map(|(key, series)| (&*key, series))
+    }
+}
+
 /// One series' cumulative state.
 #[derive(Clone, Debug)]
 struct Series {
@@ -148,7 +305,7 @@ impl Series {
 struct ResourceEntry {
     service_name: String,
     attributes: Vec<KeyValue>,
-    series: HashMap<SeriesKey, Series>,
+    series: SeriesTable,
     overflow: Option<Series>,
 }
 
@@ -282,12 +439,13 @@ impl Aggregator {
 
     /// Adds every span of a validated request.
     pub(crate) fn record(&mut self, request: &Bytes) {
-        let Ok(resources) = crate::otlp::parse_traces_request(request) else {
+        let Ok(resources) = crate::otlp::parse_validated_traces_request(request) else {
             // The receiver validated these bytes: a failure here is a bug, not the client's.
             tracing::error!(event = "spanmetrics.unparsable_batch");
             return;
         };
         let now = now_unix_nanos();
+        let limit = self.limit();
         let mut overflowed = 0u64;
         for resource in resources {
             let service_name =
@@ -316,29 +474,31 @@ impl Aggregator {
                 );
                 self.resources.insert(key.clone(), entry);
             }
+            // A span's dimension values, borrowed from the resource's spans or the config
+            // (no allocation without dimensions).
+            let mut dimensions: Vec<Option<DimRef<'_>>> =
+                Vec::with_capacity(self.config.dimensions.len());
             for scope in &resource.scope_spans {
                 for span in &scope.spans {
-                    let series_key = SeriesKey {
-                        span_name: String::from_utf8_lossy(&span.name).into_owned(),
+                    let span_name = String::from_utf8_lossy(&span.name);
+                    dimensions.clear();
+                    dimensions.extend(self.config.dimensions.iter().map(|dimension| {
+                        find_attribute(&span.bytes, SPAN_ATTRIBUTES, &dimension.name)
+                            .or_else(|| {
+                                find_attribute(
+                                    &resource.resource,
+                                    RESOURCE_ATTRIBUTES,
+                                    &dimension.name,
+                                )
+                            })
+                            .and_then(DimRef::from_ref)
+                            .or_else(|| dimension.default.as_deref().map(DimRef::Str))
+                    }));
+                    let probe = SeriesProbe {
+                        span_name: &span_name,
                         kind: span.kind,
                         status: span.status_code,
-                        dimensions: self
-                            .config
-                            .dimensions
-                            .iter()
-                            .map(|dimension| {
-                                find_attribute(&span.bytes, SPAN_ATTRIBUTES, &dimension.name)
-                                    .or_else(|| {
-                                        find_attribute(
-                                            &resource.resource,
-                                            RESOURCE_ATTRIBUTES,
-                                            &dimension.name,
-                                        )
-                                    })
-                                    .and_then(DimValue::from_ref)
-                                    .or_else(|| dimension.default.clone().map(DimValue::Str))
-                            })
-                            .collect(),
+                        dimensions: &dimensions,
                     };
                     let value = span
                         .end_time_unix_nano
@@ -354,30 +514,34 @@ impl Aggregator {
                     });
                     let bucket = self.bounds.partition_point(|bound| *bound < value);
                     let buckets = self.bounds.len() + 1;
-                    let limit = self.limit();
                     let at_limit = self.series_count >= limit;
                     let Some(entry) = self.resources.get_mut(&key) else {
                         continue;
                     };
-                    let exists = entry.series.contains_key(&series_key);
-                    let series = if exists || (!at_limit && key != ResourceKey::Overflow) {
-                        if !exists {
+                    let hash = probe.hash();
+                    let found = entry.series.find(hash, &probe);
+                    let series = match found {
+                        Some(position) => entry.series.series_mut(position),
+                        None if !at_limit && key != ResourceKey::Overflow => {
+                            let series_key = probe.to_key();
                             self.series_count += 1;
                             self.state.add(series_bytes(
                                 &series_key,
                                 buckets,
                                 self.config.exemplars_enabled,
                             ));
+                            let position =
+                                entry
+                                    .series
+                                    .insert(hash, series_key, Series::new(now, buckets));
+                            entry.series.series_mut(position)
                         }
-                        entry
-                            .series
-                            .entry(series_key)
-                            .or_insert_with(|| Series::new(now, buckets))
-                    } else {
-                        overflowed += 1;
-                        entry
-                            .overflow
-                            .get_or_insert_with(|| Series::new(now, buckets))
+                        None => {
+                            overflowed += 1;
+                            entry
+                                .overflow
+                                .get_or_insert_with(|| Series::new(now, buckets))
+                        }
                     };
                     series.calls += 1;
                     series.sum += value;
@@ -433,7 +597,7 @@ impl Aggregator {
                 service_name.to_owned()
             },
             attributes,
-            series: HashMap::new(),
+            series: SeriesTable::default(),
             overflow: None,
         }
     }

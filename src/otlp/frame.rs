@@ -7,7 +7,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::wire::{ResourceSpansView, ScopeSpansView, SpanView, WireError, parse_traces_request};
+use super::skim::parse_validated_traces_request;
+use super::wire::{ResourceSpansView, ScopeSpansView, SpanView, WireError};
 
 /// An encoded `ExportTraceServiceRequest` as the framer writes it, with its span count.
 ///
@@ -43,7 +44,7 @@ impl FramedRequest {
 /// An empty `resource` or `scope` is written as an absent field (OTLP gives the two the
 /// same meaning), and an empty schema URL is omitted as prost omits empty strings. The
 /// bytes passed in are trusted: they must be valid encodings of `Resource`,
-/// `InstrumentationScope` and `Span` (as produced by [`parse_traces_request`]), and the
+/// `InstrumentationScope` and `Span` (as produced by [`parse_traces_request`](super::parse_traces_request)), and the
 /// schema URLs valid UTF-8.
 #[derive(Debug, Default)]
 pub struct TraceRequestWriter {
@@ -264,7 +265,7 @@ impl TraceRequestWriter {
     }
 
     /// [`push`](Self::push) with the pieces taken from views returned by
-    /// [`parse_traces_request`].
+    /// [`parse_traces_request`](super::parse_traces_request).
     pub fn push_view(
         &mut self,
         resource_spans: &ResourceSpansView,
@@ -329,8 +330,10 @@ fn put_bytes_field(out: &mut BytesMut, tag: u8, value: &Bytes) {
 ///
 /// # Errors
 ///
-/// When `request` does not parse (see [`parse_traces_request`]); requests checked by the
-/// receivers and written by [`TraceRequestWriter`] always do.
+/// When `request` does not parse (see [`parse_traces_request`](super::parse_traces_request)); requests checked by the
+/// receivers and written by [`TraceRequestWriter`] always do. `request` must be such a
+/// request: it is read with [`parse_validated_traces_request`], which does not validate
+/// what it skips.
 pub fn split_batch(
     request: &Bytes,
     span_count: usize,
@@ -346,7 +349,7 @@ pub fn split_batch(
     }
     let mut pieces = Vec::new();
     let mut writer = TraceRequestWriter::new();
-    for rs in parse_traces_request(request)? {
+    for rs in parse_validated_traces_request(request)? {
         for ss in &rs.scope_spans {
             for span in &ss.spans {
                 let full = !writer.is_empty()

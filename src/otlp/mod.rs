@@ -15,6 +15,11 @@
 //! exactly the bytes received (which makes the memory budget exact) and the CPU cost per
 //! span is close to that of reading it once.
 //!
+//! The stages after a receiver read the views of requests the receiver validated with
+//! [`parse_validated_traces_request`], which reads only the top-level fields of resource
+//! spans, scope spans and spans and skips everything nested by its length: the same views,
+//! without validating every attribute again.
+//!
 //! OTLP/JSON is transcoded to protobuf once, at the edge ([`traces_json_to_protobuf`],
 //! [`metrics_json_to_protobuf`]), so everything downstream sees one format. Metrics
 //! requests are checked with a prost decode ([`decode_metrics_request`]) and otherwise
@@ -44,6 +49,7 @@ pub mod attributes;
 mod frame;
 mod json;
 mod metrics;
+mod skim;
 mod utf8;
 mod wire;
 
@@ -71,6 +77,7 @@ pub use json::{
     traces_json_to_protobuf,
 };
 pub use metrics::{MetricsError, count_data_points, decode_metrics_request, metric_points};
+pub use skim::{parse_validated_traces_request, skim_traces_request};
 pub use utf8::{CorrectedRequest, correct_metrics_utf8, correct_traces_utf8};
 pub use wire::{
     ResourceSpansView, ScopeSpansView, SpanId, SpanView, TraceId, WireError, WireErrorKind,

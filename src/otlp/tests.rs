@@ -313,7 +313,11 @@ fn assert_agrees(b: &[u8]) {
     let want = oracle(b);
     let got = count_spans(b);
     assert_eq!(got.as_ref().ok().copied(), want, "count_spans: {got:?}");
-    let parsed = parse_traces_request(&Bytes::copy_from_slice(b));
+    let bytes = Bytes::copy_from_slice(b);
+    let parsed = parse_traces_request(&bytes);
+    if let Ok(views) = &parsed {
+        assert_eq!(skim_traces_request(&bytes).as_ref(), Some(views), "skim");
+    }
     assert_eq!(
         parsed.as_ref().ok().map(|v| v
             .iter()
@@ -338,11 +342,13 @@ proptest! {
     /// Guarantees: prost decodes the output to the input's (resource, scope, span) triples
     /// in order; the output is byte-for-byte prost's encoding of the canonical regrouping
     /// (so it is exactly the input whenever the grouping is unchanged); encoded_len and the
-    /// span count are exact; the views carry the span's fields.
+    /// span count are exact; the views carry the span's fields; skim_traces_request reads
+    /// the same views.
     #[test]
     fn reframe_roundtrip(req in request()) {
         let input = Bytes::from(req.encode_to_vec());
         let views = parse_traces_request(&input).expect("parse");
+        prop_assert_eq!(skim_traces_request(&input), Some(views.clone()));
         let flat = triples(&req);
         prop_assert_eq!(count_spans(&input).expect("count"), flat.len());
 
@@ -486,16 +492,21 @@ proptest! {
     /// Scenario: a valid encoding is damaged by truncation, byte flips, insertions and
     /// deletions.
     /// Guarantees: count_spans and parse_traces_request accept exactly when prost decodes
-    /// and all ids have valid lengths, and then count the spans prost sees.
+    /// and all ids have valid lengths, and then count the spans prost sees; whatever
+    /// parse_traces_request accepts, skim_traces_request reads to the same views.
     #[test]
     fn accepts_exactly_what_prost_accepts(
         req in request(),
         mutations in prop::collection::vec(mutation(), 1..3),
     ) {
-        let b = mutate(req.encode_to_vec(), &mutations);
+        let b = Bytes::from(mutate(req.encode_to_vec(), &mutations));
         let want = oracle(&b);
         prop_assert_eq!(count_spans(&b).ok(), want);
-        let parsed = parse_traces_request(&Bytes::from(b));
+        let parsed = parse_traces_request(&b);
+        // What the validating walk accepts, the skim reads to the same views.
+        if let Ok(views) = &parsed {
+            prop_assert_eq!(skim_traces_request(&b), Some(views.clone()));
+        }
         prop_assert_eq!(
             parsed.ok().map(|v| v.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len()).sum::<usize>()),
             want

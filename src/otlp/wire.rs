@@ -316,7 +316,7 @@ impl RawSpan {
 
 /// Slices one range, or concatenates several (a repeated occurrence of a singular message
 /// field, which protobuf merges).
-fn join(buf: &Bytes, ranges: &[Range]) -> Bytes {
+pub(super) fn join(buf: &Bytes, ranges: &[Range]) -> Bytes {
     match ranges {
         [] => Bytes::new(),
         [one] => buf.slice(one.clone()),

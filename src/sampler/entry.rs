@@ -22,7 +22,7 @@ impl DirectEntry<TraceBatch> for SamplerIngest {
                 Ok(())
             }
             None => {
-                let resources = crate::otlp::parse_traces_request(&batch.request)
+                let resources = crate::otlp::parse_validated_traces_request(&batch.request)
                     .map_err(|error| PipelineError::Malformed(error.to_string()))?;
                 self.sampler().ingest_arrival(&resources, arrival);
                 Ok(())

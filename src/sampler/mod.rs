@@ -74,7 +74,9 @@ use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
 use self::threshold::Threshold;
 use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
-use crate::otlp::{ResourceSpansView, SpanView, TraceId, TraceRequestWriter, parse_traces_request};
+use crate::otlp::{
+    ResourceSpansView, SpanView, TraceId, TraceRequestWriter, parse_validated_traces_request,
+};
 use crate::payload::{Arrival, Downstream, Payload, TraceBatch};
 use crate::telemetry::k8s_events::{self, Transition};
 
@@ -424,14 +426,15 @@ impl TailSampler {
     ///
     /// [`PipelineError::Malformed`] when the bytes do not parse.
     pub fn ingest(&self, batch: &TraceBatch) -> Result<(), PipelineError> {
-        let resources = parse_traces_request(&batch.request)
+        // Validated by the receiver: read, not validated again.
+        let resources = parse_validated_traces_request(&batch.request)
             .map_err(|error| PipelineError::Malformed(error.to_string()))?;
         self.ingest_parsed(&resources);
         Ok(())
     }
 
     /// [`ingest`](Self::ingest) of a request already parsed by
-    /// [`parse_traces_request`] (the receiver's validating walk), so it is not walked
+    /// [`parse_traces_request`](crate::otlp::parse_traces_request) (the receiver's validating walk), so it is not walked
     /// twice.
     pub fn ingest_parsed(&self, resources: &[ResourceSpansView]) {
         self.ingest_arrival(resources, Arrival::Sent);

@@ -49,7 +49,7 @@ use crate::config::{
 use crate::exporter::core::error::{DrainReport, ExportError, ExporterError};
 use crate::exporter::core::metrics::{ExporterMetricFamilies, ExporterMetrics};
 use crate::exporter::otlp::{Routed, SignalExporter, TracesExporter};
-use crate::otlp::{TraceRequestWriter, WireError, parse_traces_request};
+use crate::otlp::{TraceRequestWriter, WireError, parse_validated_traces_request};
 use crate::payload::{
     Arrival, BoxFuture, HAND_OFF_HEADER, Payload, SharedConsumer, TraceBatch, TracesSink,
 };
@@ -797,7 +797,8 @@ pub(crate) fn split_by_owner(
     if batch.request.is_empty() {
         return Ok(Vec::new());
     }
-    let resources = match parse_traces_request(&batch.request) {
+    // Validated by the receiver: read, not validated again.
+    let resources = match parse_validated_traces_request(&batch.request) {
         Ok(resources) => resources,
         Err(error) => return Err(unroutable(batch, &error)),
     };
