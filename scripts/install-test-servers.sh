@@ -6,7 +6,10 @@
 #   - dnsmasq (package `dnsmasq-base`: the binary without the system service), the DNS
 #     server of the loadbalancing exporter's resolver tests (tests/loadbalancing_dns.rs).
 #   - Apache's `htpasswd` (package `apache2-utils`), which writes the htpasswd files of the
-#     basicauth tests (tests/receiver_auth.rs).
+#     basicauth tests (tests/receiver_auth.rs);
+#   - the `openssl` command (package `openssl`), which makes the certificates of the fake
+#     Kubernetes API server (tests/support/k8s_events_server.py) and of the deploy checks'
+#     TLS variant.
 #
 #   scripts/install-test-servers.sh
 #
@@ -17,7 +20,7 @@ set -euo pipefail
 export PATH="$PATH:/usr/sbin"
 
 # package:command pairs
-wanted=(prometheus:prometheus dnsmasq-base:dnsmasq apache2-utils:htpasswd)
+wanted=(prometheus:prometheus dnsmasq-base:dnsmasq apache2-utils:htpasswd openssl:openssl)
 missing=()
 for pair in "${wanted[@]}"; do
   command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
@@ -45,3 +48,4 @@ fi
 prometheus --version 2>&1 | head -n 1
 dnsmasq --version 2>&1 | head -n 1
 command -v htpasswd
+openssl version

@@ -10,13 +10,13 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 
+echo "== test dependencies (Prometheus server for the remote-write tests, dnsmasq for the DNS resolver tests, htpasswd for the basicauth tests, openssl for test certificates)"
+./scripts/install-test-servers.sh
+./scripts/install-test-python.sh
+
 echo "== deploy checks (kustomize, schemas, promtool, checkov, tailgate validate)"
 cargo build --locked --bin tailgate
 TAILGATE_BIN="$PWD/target/debug/tailgate" ./scripts/check-deploy.sh
-
-echo "== test dependencies (Prometheus server for the remote-write tests, dnsmasq for the DNS resolver tests, htpasswd for the basicauth tests)"
-./scripts/install-test-servers.sh
-./scripts/install-test-python.sh
 
 echo "== benches, once each (criterion's test mode)"
 cargo test --locked --bench otlp_wire --bench pipeline_paths --bench segment_recovery
