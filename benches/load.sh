@@ -16,7 +16,11 @@
 # Usage: benches/load.sh [--config FILE]... [--duration 25s] [--rate SPANS_PER_SEC]
 #                        [--scenarios "grpc grpc-max ..."] [--peer-scenarios "grpc grpc-max"]
 #                        [--no-peer] [--no-build] [--out DIR]
-# Scenarios: grpc grpc-max grpc-gzip http-protobuf http-json large-attributes many-traces
+# Scenarios: grpc grpc-max grpc-gzip http-protobuf http-json large-attributes many-traces,
+# and grpc-tls grpc-tls-max (gRPC over TLS: made to run with a config whose name holds
+# "tls", such as benches/configs/seed-tls.yaml, for which this script makes a throwaway CA
+# and server certificate with openssl; TLS scenarios run only with such configs, the others
+# only with the rest).
 # --config may be given more than once: each scenario then runs every config in turn, in
 # the order given, so that configs compared with each other share the machine's state.
 set -euo pipefail
@@ -42,7 +46,7 @@ while [ $# -gt 0 ]; do
     --no-peer) PEER=0; shift ;;
     --no-build) BUILD=0; shift ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done
@@ -67,6 +71,20 @@ fi
 for b in tailgate tailgate-loadgen tailgate-sink; do
   [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: build with cargo build --release --bins" >&2; exit 1; }
 done
+
+# A throwaway CA and a server certificate for 127.0.0.1, for configs with TLS.
+mkdir -p "$OUT/tls"
+export TAILGATE_BENCH_TLS_CERT=$OUT/tls/tls.crt TAILGATE_BENCH_TLS_KEY=$OUT/tls/tls.key
+if [[ " ${CONFIGS[*]} " == *tls* ]]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+    -subj "/CN=tailgate bench CA" -keyout "$OUT/tls/ca.key" -out "$OUT/tls/ca.crt" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$OUT/tls/tls.key" -out "$OUT/tls/tls.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+    >"$OUT/tls/ext.cnf"
+  openssl x509 -req -in "$OUT/tls/tls.csr" -CA "$OUT/tls/ca.crt" -CAkey "$OUT/tls/ca.key" \
+    -CAcreateserial -days 1 -extfile "$OUT/tls/ext.cnf" -out "$OUT/tls/tls.crt" 2>/dev/null
+fi
 
 # The configs tailgate accepts; the others' rows are skipped.
 VALID_CONFIGS=()
@@ -136,9 +154,12 @@ sample_held() {
 
 scenario_args() {
   local grpc=(--protocol grpc --endpoint "http://$TAILGATE_BENCH_GRPC")
+  local grpc_tls=(--protocol grpc --endpoint "$TAILGATE_BENCH_GRPC" --tls-ca "$OUT/tls/ca.crt")
   case "$1" in
     grpc) echo "${grpc[@]} --rate $RATE" ;;
     grpc-max) echo "${grpc[@]}" ;;
+    grpc-tls) echo "${grpc_tls[@]} --rate $RATE" ;;
+    grpc-tls-max) echo "${grpc_tls[@]}" ;;
     grpc-gzip) echo "${grpc[@]} --gzip --rate $RATE" ;;
     http-protobuf) echo "--protocol http-protobuf --endpoint http://$TAILGATE_BENCH_HTTP/v1/traces --rate $RATE" ;;
     http-json) echo "--protocol http-json --endpoint http://$TAILGATE_BENCH_HTTP/v1/traces --rate $RATE" ;;
@@ -238,8 +259,15 @@ run_one() {
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee -a "$RESULTS"
 
+# A TLS scenario's client and a TLS config's server go together.
+is_tls() { [[ "$1" == *tls* ]]; }
 for sc in $SCENARIOS; do
-  for config in "${VALID_CONFIGS[@]}"; do run_one tailgate "$sc" "$config"; done
+  for config in "${VALID_CONFIGS[@]}"; do
+    if { is_tls "$sc" && is_tls "$(basename "$config")"; } ||
+      { ! is_tls "$sc" && ! is_tls "$(basename "$config")"; }; then
+      run_one tailgate "$sc" "$config"
+    fi
+  done
 done
 if [ -n "$ROTEL" ]; then
   for sc in $PEER_SCENARIOS; do run_one rotel "$sc"; done
