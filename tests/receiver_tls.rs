@@ -846,3 +846,413 @@ async fn a_file_gone_since_validation_fails_the_start() {
         "{error}"
     );
 }
+
+/// A load generator run over TLS trusting `ca_file`: `connections` connections offering
+/// `rate` spans per second, bounded by `spans` and by `duration`, each request tried once.
+fn tls_load(
+    protocol: tailgate::loadgen::Protocol,
+    endpoint: String,
+    ca_file: &Path,
+    connections: usize,
+    rate: f64,
+    spans: u64,
+    duration: Duration,
+) -> tailgate::loadgen::LoadConfig {
+    tailgate::loadgen::LoadConfig {
+        generator: tailgate::loadgen::GeneratorConfig::default(),
+        send: tailgate::loadgen::SendConfig {
+            protocol,
+            endpoint,
+            gzip: false,
+            timeout: Duration::from_secs(10),
+            tls_ca: Some(ca_file.to_path_buf()),
+            token: None,
+        },
+        connections,
+        rate: Some(rate),
+        spans: Some(spans),
+        duration: Some(duration),
+        batch_spans: 50,
+        seed: 11,
+        split_ratio: 0.0,
+        lateness: Duration::ZERO,
+        max_attempts: 1,
+        expect: None,
+        progress: false,
+    }
+}
+
+/// Scenario: the gRPC receiver serves certificate 3001 with `reload_interval: 50ms` while
+/// the load generator sends over TLS on 4 connections at 2,000 spans/s (bounded: 40,000
+/// spans, 8s); certificate 3002 is written beside the old key, then its key; the load
+/// generator runs to its end on the connections it opened before the rotation.
+/// Guarantees: new handshakes are presented serial 3001 until the pair matches and serial
+/// 3002 after the successful reload, which happens while the load generator is still
+/// sending; every span it reports accepted reaches the sink (sink count == its accepted
+/// count == the receiver's accepted count), it reports none refused or failed, and the
+/// receiver counts no failed handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_under_the_load_generator_loses_no_accepted_span() {
+    let ca = Ca::new("tailgate test CA");
+    let first = ca.server(3001);
+    let second = ca.server(3002);
+    let files = ServerFiles::new(&first, None);
+    let ca_file = files.cert.with_file_name("ca.crt");
+    write(&ca_file, &ca.pem());
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let gateway = start_gateway(&sink, &files.yaml(false, Some("50ms"))).await;
+    let addr = support::grpc_addr(&gateway);
+    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3001);
+
+    let load = tls_load(
+        tailgate::loadgen::Protocol::Grpc,
+        addr.to_string(),
+        &ca_file,
+        4,
+        2_000.0,
+        40_000,
+        Duration::from_secs(8),
+    );
+    let run = tokio::spawn(tailgate::loadgen::run(load));
+    let sending = support::eventually(Duration::from_secs(20), || async {
+        accepted(&support::scrape(&gateway).await, Wire::Grpc) > 0.0
+    })
+    .await;
+    assert!(sending, "the load generator's spans flow over TLS");
+
+    write(&files.cert, &second.cert_pem);
+    let counted = support::eventually(Duration::from_secs(20), || async {
+        reloads(&support::scrape(&gateway).await, "failure") >= 1.0
+    })
+    .await;
+    assert!(
+        counted,
+        "a certificate beside the old key is a failed reload"
+    );
+    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3001);
+
+    write(&files.key, &second.key_pem);
+    let reloaded = support::eventually(Duration::from_secs(20), || async {
+        reloads(&support::scrape(&gateway).await, "success") >= 1.0
+    })
+    .await;
+    assert!(reloaded, "the matching pair is reloaded");
+    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3002);
+    assert_eq!(presented_certificate(addr, &ca).await, second.der);
+    let before_end = accepted(&support::scrape(&gateway).await, Wire::Grpc);
+    assert!(
+        !run.is_finished(),
+        "the rotation happened while the load generator was sending"
+    );
+
+    let summary = run
+        .await
+        .expect("load task")
+        .expect("the load generator runs");
+    assert!(
+        summary.accepted_spans as f64 > before_end,
+        "spans were accepted after the rotation: {summary:?}"
+    );
+    assert!(summary.sent_spans > 0, "{summary:?}");
+    assert_eq!(
+        summary.accepted_spans, summary.sent_spans,
+        "every span accepted: {summary:?}"
+    );
+    assert_eq!(summary.refused_spans, 0, "{summary:?}");
+    assert_eq!(summary.failed_spans, 0, "{summary:?}");
+    assert_eq!(summary.errors, 0, "{summary:?}");
+    assert_eq!(summary.first_error, None, "{summary:?}");
+
+    let expected = summary.accepted_spans as usize;
+    let arrived = support::eventually(Duration::from_secs(30), || async {
+        sink.handle.span_count() >= expected
+    })
+    .await;
+    let metrics = support::scrape(&gateway).await;
+    let report = gateway.shutdown().await;
+    assert!(
+        arrived,
+        "{} of {expected} spans arrived",
+        sink.handle.span_count()
+    );
+    assert_eq!(sink.handle.span_count(), expected, "sink count == accepted");
+    assert_eq!(accepted(&metrics, Wire::Grpc), expected as f64);
+    assert_eq!(report.dropped_spans, 0);
+    assert_eq!(reloads(&metrics, "success"), 1.0);
+    assert_eq!(reloads(&metrics, "failure"), 1.0);
+    assert_eq!(
+        support::metric_value(
+            &metrics,
+            "tailgate_receiver_tls_handshake_failures_total",
+            &[Wire::Grpc.transport()]
+        ),
+        0.0,
+        "no handshake failed"
+    );
+}
+
+/// The base64 body of a PEM block, without its BEGIN/END lines and line breaks.
+fn pem_body(pem: &str) -> String {
+    pem.lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect::<String>()
+}
+
+/// Every 40-character run of `body` that `text` contains, `text` read with its line breaks
+/// (real or escaped as `\n`) removed, so a key split over log lines is found too.
+fn runs_of(body: &str, text: &str) -> Vec<String> {
+    let text = text.replace("\\n", "").replace(['\n', '\r'], "");
+    let body: Vec<char> = body.chars().collect();
+    body.windows(40)
+        .map(|run| run.iter().collect::<String>())
+        .filter(|run| text.contains(run.as_str()))
+        .collect()
+}
+
+/// One OTLP request of one span.
+fn one_span() -> opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![Span {
+                    trace_id: vec![7; 16],
+                    span_id: vec![9; 8],
+                    name: "secret-check".to_owned(),
+                    start_time_unix_nano: 1,
+                    end_time_unix_nano: 2,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// Scenario: the `tailgate` binary with TLS on both receivers (`reload_interval: 50ms`,
+/// key file written here), a bearer token on gRPC and an inline htpasswd on HTTP; over
+/// TLS, an export with the token, one with a wrong token, a POST with the password and one
+/// with a wrong password; a plaintext request to each TLS port; then half of another key
+/// written over the key file; then `tailgate print-config` of the same file, first with
+/// that key (refused), then with the first key restored.
+/// Guarantees: the right credentials are admitted over TLS and the spans reach the sink;
+/// the plaintext handshakes and the failed reload are counted and the reload failure
+/// logged; yet neither the log nor `print-config` (its output or its refusal) contains any
+/// 40-character run of either
+/// private key's base64 body, the token, the wrong token, the passwords' base64 forms or
+/// the htpasswd hash; `print-config` shows the key as its file path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_or_secret_reaches_logs_or_print_config_over_tls() {
+    use base64::Engine as _;
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    use prost::Message as _;
+    use support::process::GatewayProcess;
+
+    let ca = Ca::new("tailgate test CA");
+    let first = ca.server(4001);
+    let second = ca.server(4002);
+    let files = ServerFiles::new(&first, None);
+    let sink = OtlpSink::start(SinkBehavior::Accept).await;
+    let token = "tok-tlslogcheck-14142";
+    let wrong_token = "tok-tlswrongguess-17320";
+    let password = "password";
+    let wrong_password = "pw-tlswrongguess-22360";
+    // {SHA} of "password".
+    let hash = "{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=";
+    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let tls = files.yaml(false, Some("50ms"));
+    let config = format!(
+        r#"
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:0
+        tls: {tls}
+        auth:
+          authenticator: bearertokenauth
+      http:
+        endpoint: 127.0.0.1:{http_port}
+        tls: {tls}
+        auth:
+          authenticator: basicauth
+processors:
+  batch:
+    send_batch_size: 512
+    timeout: 20ms
+exporters:
+  otlp/sink:
+    endpoint: {sink}
+    tls:
+      insecure: true
+extensions:
+  bearertokenauth:
+    token: {token}
+  basicauth:
+    htpasswd:
+      inline: "alice:{hash}"
+service:
+  extensions: [bearertokenauth, basicauth]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [otlp/sink]
+  telemetry:
+    metrics:
+      address: 127.0.0.1:0
+"#,
+        sink = sink.addr
+    );
+    let process = GatewayProcess::start(&config);
+    let metrics = || support::reqwest_get(&process.metrics_url);
+
+    // gRPC over TLS: the token is admitted, a wrong one refused.
+    let channel = tonic::transport::Channel::from_shared(format!("https://{}", process.grpc))
+        .expect("endpoint")
+        .tls_config(
+            ClientTlsConfig::new()
+                .domain_name("127.0.0.1")
+                .ca_certificate(Certificate::from_pem(ca.pem())),
+        )
+        .expect("TLS config")
+        .connect()
+        .await
+        .expect("TLS connection");
+    let mut client = TraceServiceClient::new(channel);
+    for (value, want) in [
+        (format!("Bearer {token}"), tonic::Code::Ok),
+        (
+            format!("Bearer {wrong_token}"),
+            tonic::Code::Unauthenticated,
+        ),
+    ] {
+        let mut call = tonic::Request::new(one_span());
+        call.metadata_mut()
+            .insert("authorization", value.parse().expect("metadata"));
+        let code = match client.export(call).await {
+            Ok(_) => tonic::Code::Ok,
+            Err(status) => status.code(),
+        };
+        assert_eq!(code, want, "{value}");
+    }
+
+    // HTTP over TLS: the password is admitted, a wrong one refused.
+    let https = TlsHttpClient::new(&ClientTls::trusting(&ca), tokio::runtime::Handle::current());
+    let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    for (user_password, want) in [
+        (format!("alice:{password}"), 200),
+        (format!("alice:{wrong_password}"), 401),
+    ] {
+        let request = http::Request::post(format!("https://127.0.0.1:{http_port}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .header("authorization", format!("Basic {}", encode(&user_password)))
+            .body(Full::new(Bytes::from(one_span().encode_to_vec())))
+            .expect("request");
+        let response = https.client.request(request).await.expect("POST over TLS");
+        assert_eq!(response.status().as_u16(), want, "{user_password}");
+    }
+    let arrived = support::eventually(Duration::from_secs(20), || async {
+        sink.handle.span_count() >= 2
+    })
+    .await;
+    assert!(arrived, "{} of 2 spans arrived", sink.handle.span_count());
+
+    // Plaintext to both TLS ports: failed handshakes (the answers do not matter).
+    let plain_grpc = format!("http://{}", process.grpc);
+    let plain_http = format!("http://127.0.0.1:{http_port}/v1/traces");
+    tokio::task::spawn_blocking(move || {
+        for url in [plain_grpc, plain_http] {
+            let _ = reqwest::blocking::Client::new()
+                .post(&url)
+                .header("content-type", "application/x-protobuf")
+                .body(b"plaintext".to_vec())
+                .send();
+        }
+    })
+    .await
+    .expect("plaintext task");
+    let counted = support::eventually(Duration::from_secs(20), || async {
+        let text = metrics().await.1;
+        [Wire::Grpc, Wire::Http]
+            .into_iter()
+            .all(|wire| handshake_failures(&text, wire, "not_tls") >= 1.0)
+    })
+    .await;
+    assert!(counted, "plaintext handshakes are counted on both ports");
+
+    // A half-written key: a failed reload, logged.
+    write(&files.key, &second.key_pem[..second.key_pem.len() / 2]);
+    let failed = support::eventually(Duration::from_secs(20), || async {
+        reloads(&metrics().await.1, "failure") >= 1.0
+    })
+    .await;
+    assert!(failed, "a half-written key is a failed reload");
+    assert_eq!(reloads(&metrics().await.1, "success"), 0.0);
+
+    process.sigterm();
+    let (status, log) = process.wait(Duration::from_secs(30)).await;
+    assert!(status.is_some_and(|s| s.success()), "exit: {status:?}");
+    let log = log.join("\n");
+    assert!(
+        log.contains("receiver.tls.reload_failed") && log.contains("receiver.auth.refused"),
+        "the failed reload and the refusals are logged:\n{log}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, &config).expect("write config");
+    let print_config = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tailgate"))
+            .args(["print-config", "--config", path.to_str().expect("utf-8")])
+            .output()
+            .expect("print-config runs")
+    };
+    // With the half-written key still in place, print-config refuses the config; its
+    // error is searched too.
+    let refused = print_config();
+    assert!(!refused.status.success(), "{refused:?}");
+    let refusal = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(refusal.contains("key_file"), "{refusal}");
+    write(&files.key, &first.key_pem);
+    let output = print_config();
+    assert!(output.status.success(), "{output:?}");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let key_path = files.key.display().to_string();
+    assert!(
+        printed
+            .lines()
+            .any(|line| line.contains("key_file") && line.contains(&key_path)),
+        "the key appears as its path:\n{printed}"
+    );
+
+    // The search finds a key where it is, split over lines or not.
+    assert!(!runs_of(&pem_body(&first.key_pem), &first.key_pem).is_empty());
+    assert!(!runs_of(&pem_body(&first.key_pem), &format!("{:?}", first.key_pem)).is_empty());
+    for (what, text) in [
+        ("the log", &log),
+        ("print-config", &printed.to_string()),
+        ("print-config's refusal", &refusal),
+    ] {
+        for (key, pem) in [("key 4001", &first.key_pem), ("key 4002", &second.key_pem)] {
+            let found = runs_of(&pem_body(pem), text);
+            assert!(found.is_empty(), "{key} in {what}: {found:?}\n{text}");
+        }
+        for secret in [
+            token.to_owned(),
+            wrong_token.to_owned(),
+            wrong_password.to_owned(),
+            hash.to_owned(),
+            "W6ph5Mm5Pz8GgiULbPgzG37mj9g".to_owned(),
+            encode(&format!("alice:{password}")),
+            encode(&format!("alice:{wrong_password}")),
+        ] {
+            assert!(!text.contains(&secret), "{secret} in {what}:\n{text}");
+        }
+    }
+}
