@@ -440,12 +440,7 @@ fn handshake_failures(metrics: &str, wire: Wire, reason: &str) -> f64 {
 
 /// Reloads of the gRPC receiver's files with `result`.
 fn reloads(metrics: &str, result: &str) -> f64 {
-    let result = format!("result=\"{result}\"");
-    support::metric_value(
-        metrics,
-        "tailgate_receiver_tls_reloads_total",
-        &[Wire::Grpc.transport(), &result],
-    )
+    reloads_on(metrics, Wire::Grpc, result)
 }
 
 /// Waits until a handshake failure with `reason` is counted on `wire`'s receiver.
@@ -882,17 +877,30 @@ fn tls_load(
     }
 }
 
-/// Scenario: the gRPC receiver serves certificate 3001 with `reload_interval: 50ms` while
-/// the load generator sends over TLS on 4 connections at 2,000 spans/s (bounded: 40,000
-/// spans, 8s); certificate 3002 is written beside the old key, then its key; the load
-/// generator runs to its end on the connections it opened before the rotation.
-/// Guarantees: new handshakes are presented serial 3001 until the pair matches and serial
-/// 3002 after the successful reload, which happens while the load generator is still
-/// sending; every span it reports accepted reaches the sink (sink count == its accepted
-/// count == the receiver's accepted count), it reports none refused or failed, and the
-/// receiver counts no failed handshake.
+/// Reloads of `wire`'s receiver files with `result`.
+fn reloads_on(metrics: &str, wire: Wire, result: &str) -> f64 {
+    let result = format!("result=\"{result}\"");
+    support::metric_value(
+        metrics,
+        "tailgate_receiver_tls_reloads_total",
+        &[wire.transport(), &result],
+    )
+}
+
+/// Scenario: both receivers serve certificate 3001 with `reload_interval: 50ms` while the
+/// load generator sends over TLS, over gRPC on 3 connections and over HTTP/protobuf on 2,
+/// each at 1,000 spans/s (bounded: 20,000 spans, 8s); certificate 3002 is written beside
+/// the old key, then its key; the load generator runs to its end on the connections it
+/// opened before the rotation.
+/// Guarantees: on both ports new handshakes are presented serial 3001 until the pair
+/// matches and serial 3002 after the successful reload, which happens while both runs are
+/// still sending; every span the load generator reports accepted reaches the sink (sink
+/// count == its accepted count == the receivers' accepted counts), it reports none
+/// refused or failed, and the receivers count no failed handshake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_under_the_load_generator_loses_no_accepted_span() {
+    use tailgate::loadgen::Protocol;
+
     let ca = Ca::new("tailgate test CA");
     let first = ca.server(3001);
     let second = ca.server(3002);
@@ -901,69 +909,106 @@ async fn rotation_under_the_load_generator_loses_no_accepted_span() {
     write(&ca_file, &ca.pem());
     let sink = OtlpSink::start(SinkBehavior::Accept).await;
     let gateway = start_gateway(&sink, &files.yaml(false, Some("50ms"))).await;
-    let addr = support::grpc_addr(&gateway);
-    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3001);
+    let wires = [Wire::Grpc, Wire::Http];
+    for wire in wires {
+        let addr = wire.addr(&gateway);
+        assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3001);
+    }
 
-    let load = tls_load(
-        tailgate::loadgen::Protocol::Grpc,
-        addr.to_string(),
-        &ca_file,
-        4,
-        2_000.0,
-        40_000,
-        Duration::from_secs(8),
-    );
-    let run = tokio::spawn(tailgate::loadgen::run(load));
+    let runs = [
+        (Wire::Grpc, Protocol::Grpc, 3),
+        (Wire::Http, Protocol::HttpProtobuf, 2),
+    ]
+    .map(|(wire, protocol, connections)| {
+        let load = tls_load(
+            protocol,
+            wire.addr(&gateway).to_string(),
+            &ca_file,
+            connections,
+            1_000.0,
+            20_000,
+            Duration::from_secs(8),
+        );
+        tokio::spawn(tailgate::loadgen::run(load))
+    });
     let sending = support::eventually(Duration::from_secs(20), || async {
-        accepted(&support::scrape(&gateway).await, Wire::Grpc) > 0.0
+        let metrics = support::scrape(&gateway).await;
+        wires.iter().all(|wire| accepted(&metrics, *wire) > 0.0)
     })
     .await;
-    assert!(sending, "the load generator's spans flow over TLS");
+    assert!(
+        sending,
+        "the load generator's spans flow over TLS on both ports"
+    );
 
     write(&files.cert, &second.cert_pem);
     let counted = support::eventually(Duration::from_secs(20), || async {
-        reloads(&support::scrape(&gateway).await, "failure") >= 1.0
+        let metrics = support::scrape(&gateway).await;
+        wires
+            .iter()
+            .all(|wire| reloads_on(&metrics, *wire, "failure") >= 1.0)
     })
     .await;
     assert!(
         counted,
         "a certificate beside the old key is a failed reload"
     );
-    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3001);
+    for wire in wires {
+        let addr = wire.addr(&gateway);
+        assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3001);
+    }
 
     write(&files.key, &second.key_pem);
     let reloaded = support::eventually(Duration::from_secs(20), || async {
-        reloads(&support::scrape(&gateway).await, "success") >= 1.0
+        let metrics = support::scrape(&gateway).await;
+        wires
+            .iter()
+            .all(|wire| reloads_on(&metrics, *wire, "success") >= 1.0)
     })
     .await;
     assert!(reloaded, "the matching pair is reloaded");
-    assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3002);
-    assert_eq!(presented_certificate(addr, &ca).await, second.der);
-    let before_end = accepted(&support::scrape(&gateway).await, Wire::Grpc);
+    for wire in wires {
+        let addr = wire.addr(&gateway);
+        assert_eq!(serial_of(&presented_certificate(addr, &ca).await), 3002);
+        assert_eq!(presented_certificate(addr, &ca).await, second.der);
+    }
+    let at_rotation = support::scrape(&gateway).await;
     assert!(
-        !run.is_finished(),
+        runs.iter().all(|run| !run.is_finished()),
         "the rotation happened while the load generator was sending"
     );
 
-    let summary = run
-        .await
-        .expect("load task")
-        .expect("the load generator runs");
-    assert!(
-        summary.accepted_spans as f64 > before_end,
-        "spans were accepted after the rotation: {summary:?}"
-    );
-    assert!(summary.sent_spans > 0, "{summary:?}");
-    assert_eq!(
-        summary.accepted_spans, summary.sent_spans,
-        "every span accepted: {summary:?}"
-    );
-    assert_eq!(summary.refused_spans, 0, "{summary:?}");
-    assert_eq!(summary.failed_spans, 0, "{summary:?}");
-    assert_eq!(summary.errors, 0, "{summary:?}");
-    assert_eq!(summary.first_error, None, "{summary:?}");
+    let mut expected = 0;
+    for ((wire, run), before) in wires
+        .into_iter()
+        .zip(runs)
+        .zip(wires.map(|wire| accepted(&at_rotation, wire)))
+    {
+        let summary = run
+            .await
+            .expect("load task")
+            .expect("the load generator runs");
+        assert!(
+            summary.accepted_spans as f64 > before,
+            "{wire:?}: spans were accepted after the rotation: {summary:?}"
+        );
+        assert_eq!(
+            summary.accepted_spans, summary.sent_spans,
+            "{wire:?}: every span accepted: {summary:?}"
+        );
+        assert_eq!(summary.refused_spans, 0, "{wire:?}: {summary:?}");
+        assert_eq!(summary.failed_spans, 0, "{wire:?}: {summary:?}");
+        assert_eq!(summary.errors, 0, "{wire:?}: {summary:?}");
+        assert_eq!(summary.first_error, None, "{wire:?}: {summary:?}");
+        expected += summary.accepted_spans as usize;
+        let metrics = support::scrape(&gateway).await;
+        assert_eq!(
+            accepted(&metrics, wire),
+            summary.accepted_spans as f64,
+            "{wire:?}: the receiver accepted what the load generator saw accepted"
+        );
+    }
 
-    let expected = summary.accepted_spans as usize;
     let arrived = support::eventually(Duration::from_secs(30), || async {
         sink.handle.span_count() >= expected
     })
@@ -976,19 +1021,20 @@ async fn rotation_under_the_load_generator_loses_no_accepted_span() {
         sink.handle.span_count()
     );
     assert_eq!(sink.handle.span_count(), expected, "sink count == accepted");
-    assert_eq!(accepted(&metrics, Wire::Grpc), expected as f64);
     assert_eq!(report.dropped_spans, 0);
-    assert_eq!(reloads(&metrics, "success"), 1.0);
-    assert_eq!(reloads(&metrics, "failure"), 1.0);
-    assert_eq!(
-        support::metric_value(
-            &metrics,
-            "tailgate_receiver_tls_handshake_failures_total",
-            &[Wire::Grpc.transport()]
-        ),
-        0.0,
-        "no handshake failed"
-    );
+    for wire in wires {
+        assert_eq!(reloads_on(&metrics, wire, "success"), 1.0, "{wire:?}");
+        assert_eq!(reloads_on(&metrics, wire, "failure"), 1.0, "{wire:?}");
+        assert_eq!(
+            support::metric_value(
+                &metrics,
+                "tailgate_receiver_tls_handshake_failures_total",
+                &[wire.transport()]
+            ),
+            0.0,
+            "{wire:?}: no handshake failed"
+        );
+    }
 }
 
 /// The base64 body of a PEM block, without its BEGIN/END lines and line breaks.
