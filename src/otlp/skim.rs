@@ -23,19 +23,9 @@ use std::ops::Range;
 use bytes::Bytes;
 
 use super::wire::{
-    ResourceSpansView, ScopeSpansView, SpanId, SpanView, TraceId, WireError, join,
-    parse_traces_request,
+    EGROUP, I32, I64, LEN, RECURSION_LIMIT, ResourceSpansView, SGROUP, ScopeSpansView, SpanId,
+    SpanView, TraceId, VARINT, WireError, join, parse_traces_request,
 };
-
-/// Prost's recursion limit, which bounds the groups an unknown field may nest.
-const RECURSION_LIMIT: u32 = 100;
-
-const VARINT: u8 = 0;
-const I64: u8 = 1;
-const LEN: u8 = 2;
-const SGROUP: u8 = 3;
-const EGROUP: u8 = 4;
-const I32: u8 = 5;
 
 /// The views of a request that was validated when it was received: what
 /// [`parse_traces_request`] returns for it, at a fraction of the cost (see the module

@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 /// Prost's recursion limit (`prost::RECURSION_LIMIT`, not exported): the decode context
 /// budget that every nested message and every skipped unknown field consumes.
-const RECURSION_LIMIT: u32 = 100;
+pub(super) const RECURSION_LIMIT: u32 = 100;
 
 /// A trace id: 16 bytes, shown as 32 lowercase hex digits.
 ///
@@ -411,12 +411,12 @@ impl<'a> Path<'a> {
 // ---------------------------------------------------------------------------------------
 // The reader: a cursor over one message's bytes, bounded by the message's end.
 
-const VARINT: u8 = 0;
-const I64: u8 = 1;
-const LEN: u8 = 2;
-const SGROUP: u8 = 3;
-const EGROUP: u8 = 4;
-const I32: u8 = 5;
+pub(super) const VARINT: u8 = 0;
+pub(super) const I64: u8 = 1;
+pub(super) const LEN: u8 = 2;
+pub(super) const SGROUP: u8 = 3;
+pub(super) const EGROUP: u8 = 4;
+pub(super) const I32: u8 = 5;
 
 struct Reader<'b> {
     buf: &'b [u8],

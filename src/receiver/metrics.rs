@@ -261,3 +261,27 @@ impl ReceiverMetrics {
         &self.in_flight
     }
 }
+
+/// Test helper: the sum of the counters of `family` in `registry` whose label `label` is
+/// `value`.
+#[cfg(test)]
+pub(crate) fn labelled_counter(
+    registry: &prometheus::Registry,
+    family: &str,
+    label: &str,
+    value: &str,
+) -> u64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|gathered| gathered.name() == family)
+        .flat_map(|gathered| gathered.get_metric())
+        .filter(|metric| {
+            metric
+                .get_label()
+                .iter()
+                .any(|pair| pair.name() == label && pair.value() == value)
+        })
+        .map(|metric| metric.get_counter().get_value() as u64)
+        .sum()
+}

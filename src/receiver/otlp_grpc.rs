@@ -519,6 +519,7 @@ mod tests {
     use crate::config::ComponentId;
     use crate::limiter::{Limits, MemoryLimiter};
     use crate::payload::TracesSink;
+    use crate::receiver::metrics::labelled_counter;
     use crate::receiver::{ReceiverMetricFamilies, Transport};
 
     fn limiter(soft: u64) -> Arc<MemoryLimiter> {
@@ -593,19 +594,12 @@ mod tests {
     }
 
     fn refused(registry: &Registry, reason: &str) -> u64 {
-        registry
-            .gather()
-            .iter()
-            .filter(|family| family.name() == "tailgate_receiver_refused_requests_total")
-            .flat_map(|family| family.get_metric())
-            .filter(|metric| {
-                metric
-                    .get_label()
-                    .iter()
-                    .any(|label| label.name() == "reason" && label.value() == reason)
-            })
-            .map(|metric| metric.get_counter().get_value() as u64)
-            .sum()
+        labelled_counter(
+            registry,
+            "tailgate_receiver_refused_requests_total",
+            "reason",
+            reason,
+        )
     }
 
     /// Scenario: a body whose 5-byte frame header arrives split over two chunks, followed

@@ -481,6 +481,7 @@ mod tests {
 
     use super::*;
     use crate::config::TlsVersion;
+    use crate::receiver::metrics::labelled_counter;
 
     /// A CA and a server certificate (with its key) for `localhost`, both PEM.
     fn pair(serial: u64) -> (String, String) {
@@ -518,19 +519,12 @@ mod tests {
     }
 
     fn reloads(registry: &Registry, result: &str) -> u64 {
-        registry
-            .gather()
-            .iter()
-            .filter(|family| family.name() == "tailgate_receiver_tls_reloads_total")
-            .flat_map(|family| family.get_metric())
-            .filter(|metric| {
-                metric
-                    .get_label()
-                    .iter()
-                    .any(|label| label.name() == "result" && label.value() == result)
-            })
-            .map(|metric| metric.get_counter().get_value() as u64)
-            .sum()
+        labelled_counter(
+            registry,
+            "tailgate_receiver_tls_reloads_total",
+            "result",
+            result,
+        )
     }
 
     /// Scenario: a server started on pair A; reload checks with the files unchanged, with
@@ -577,19 +571,12 @@ mod tests {
     }
 
     fn handshake_failures(registry: &Registry, reason: &str) -> u64 {
-        registry
-            .gather()
-            .iter()
-            .filter(|family| family.name() == "tailgate_receiver_tls_handshake_failures_total")
-            .flat_map(|family| family.get_metric())
-            .filter(|metric| {
-                metric
-                    .get_label()
-                    .iter()
-                    .any(|label| label.name() == "reason" && label.value() == reason)
-            })
-            .map(|metric| metric.get_counter().get_value() as u64)
-            .sum()
+        labelled_counter(
+            registry,
+            "tailgate_receiver_tls_handshake_failures_total",
+            "reason",
+            reason,
+        )
     }
 
     /// Scenario: on paused time, a TLS listener gets a client that connects and sends
