@@ -46,6 +46,7 @@ pub mod config;
 pub mod connector;
 pub mod error;
 pub mod exporter;
+pub(crate) mod hashed_positions;
 pub mod limiter;
 pub mod loadgen;
 pub mod net;

@@ -618,10 +618,7 @@ service:
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, &config).expect("write config");
-    let output = Command::new(env!("CARGO_BIN_EXE_tailgate"))
-        .args(["print-config", "--config", path.to_str().expect("utf-8")])
-        .output()
-        .expect("print-config runs");
+    let output = support::process::print_config(&path);
     assert!(output.status.success());
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(printed.contains("[REDACTED]"), "{printed}");

@@ -1253,12 +1253,7 @@ service:
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, &config).expect("write config");
-    let print_config = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_tailgate"))
-            .args(["print-config", "--config", path.to_str().expect("utf-8")])
-            .output()
-            .expect("print-config runs")
-    };
+    let print_config = || support::process::print_config(&path);
     // With the half-written key still in place, print-config refuses the config; its
     // error is searched too.
     let refused = print_config();

@@ -48,6 +48,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::metrics::SpanMetricsMetrics;
 use crate::config::{ComponentId, HistogramUnit, SpanMetricsConfig};
+use crate::hashed_positions::HashedPositions;
 use crate::limiter::MemoryBudget;
 use crate::otlp::attributes::{AnyValueRef, RESOURCE_ATTRIBUTES, SPAN_ATTRIBUTES, find_attribute};
 use crate::payload::{BoxFuture, Consumer, MetricsBatch, MetricsSink, TraceBatch};
@@ -173,7 +174,7 @@ enum ResourceKey {
 }
 
 /// What tells one series of a resource from another.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug)]
 struct SeriesKey {
     span_name: String,
     kind: i32,
@@ -236,13 +237,11 @@ impl SeriesProbe<'_> {
     }
 }
 
-/// The series of one resource, found by the [`SeriesProbe::hash`] of their key: `index`
-/// holds the last series made with each hash, and `chain[i]` the series made before series
-/// `i` with the same hash. Series are kept in the order they were first seen.
+/// The series of one resource, found by the [`SeriesProbe::hash`] of their key, in the
+/// order they were first seen.
 #[derive(Default)]
 struct SeriesTable {
-    index: HashMap<u64, usize, foldhash::fast::FixedState>,
-    chain: Vec<Option<usize>>,
+    positions: HashedPositions,
     entries: Vec<(SeriesKey, Series)>,
 }
 
@@ -253,21 +252,14 @@ impl SeriesTable {
 
     /// The position of the series `probe` (whose hash is `hash`) names, if held.
     fn find(&self, hash: u64, probe: &SeriesProbe<'_>) -> Option<usize> {
-        let mut candidate = self.index.get(&hash).copied();
-        while let Some(i) = candidate {
-            if probe.matches(&self.entries[i].0) {
-                return Some(i);
-            }
-            candidate = self.chain[i];
-        }
-        None
+        self.positions
+            .find(hash, |position| probe.matches(&self.entries[position].0))
     }
 
     /// Adds a series not held yet; returns its position.
     fn insert(&mut self, hash: u64, key: SeriesKey, series: Series) -> usize {
-        let position = self.entries.len();
+        let position = self.positions.push(hash);
         self.entries.push((key, series));
-        self.chain.push(self.index.insert(hash, position));
         position
     }
 

@@ -43,6 +43,7 @@ use crate::config::{
     BasicAuthConfig, BearerTokenAuthConfig, BearerTokens, ComponentId, ExtensionConfig, Htpasswd,
 };
 use crate::error::{PipelineError, RETRY_AFTER};
+use crate::telemetry::log_throttle::LogThrottle;
 
 /// How often, at most, a token file is checked for a change (one `stat`).
 pub const TOKEN_FILE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -101,18 +102,12 @@ pub struct Authenticator {
 struct Inner {
     id: String,
     kind: Kind,
-    log: Mutex<RefusalLog>,
+    log: Mutex<LogThrottle>,
 }
 
 enum Kind {
     Bearer(Bearer),
     Basic(Basic),
-}
-
-#[derive(Default)]
-struct RefusalLog {
-    last: Option<Instant>,
-    unlogged: u64,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -141,7 +136,7 @@ impl Authenticator {
             inner: Arc::new(Inner {
                 id: id.written.clone(),
                 kind,
-                log: Mutex::new(RefusalLog::default()),
+                log: Mutex::new(LogThrottle::new(REFUSAL_LOG_INTERVAL)),
             }),
         })
     }
@@ -191,26 +186,19 @@ impl Authenticator {
             .log
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = Instant::now();
-        if log
-            .last
-            .is_some_and(|at| now.duration_since(at) < REFUSAL_LOG_INTERVAL)
-        {
-            log.unlogged += 1;
+        let Some(refused_since_last_log) = log.due() else {
             return;
-        }
+        };
         let peer = peer.map_or_else(|| "unknown".to_owned(), |peer| peer.to_string());
         tracing::warn!(
             event = "receiver.auth.refused",
             authenticator = %self.inner.id,
             peer = %peer,
             reason = failure.as_str(),
-            refused_since_last_log = log.unlogged,
+            refused_since_last_log,
             "a request without valid credentials was refused; check the sender's \
              authorization header",
         );
-        log.last = Some(now);
-        log.unlogged = 0;
     }
 }
 
@@ -708,7 +696,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn refusals_are_logged_at_most_once_per_interval() {
         let auth = bearer(BearerTokens::Inline(vec![Secret::new("a1".into())]));
-        let unlogged = |auth: &Authenticator| auth.inner.log.lock().expect("log").unlogged;
+        let unlogged = |auth: &Authenticator| auth.inner.log.lock().expect("log").suppressed();
         for _ in 0..5 {
             assert!(!admits(&auth, Some("Bearer no")).await);
         }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use prometheus::{IntCounter, IntCounterVec, Registry};
 use tokio::net::TcpStream;
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::MissedTickBehavior;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -35,6 +35,7 @@ use super::Transport;
 use crate::config::{ComponentId, ServerTlsError, ServerTlsFiles, TlsServerConfig};
 use crate::net::Acceptor;
 use crate::telemetry::counter_vec;
+use crate::telemetry::log_throttle::LogThrottle;
 
 /// How long a client has to complete its handshake once its connection is accepted; then
 /// the connection is closed and counted as [`HandshakeFailure::Timeout`]. Long enough for
@@ -258,7 +259,7 @@ struct Shared {
     /// when it differs. Locked only by the reload, one at a time.
     last_read: Mutex<ServerTlsFiles>,
     /// When a failed reload was last logged, and the failures since that were not.
-    last_logged: Mutex<(Option<Instant>, u64)>,
+    reload_failure_log: Mutex<LogThrottle>,
     metrics: TlsMetrics,
 }
 
@@ -283,7 +284,7 @@ impl ServerTls {
                 alpn,
                 current: RwLock::new(Arc::new(config)),
                 last_read: Mutex::new(files),
-                last_logged: Mutex::new((None, 0)),
+                reload_failure_log: Mutex::new(LogThrottle::new(RELOAD_LOG_INTERVAL)),
                 metrics,
             }),
         })
@@ -377,28 +378,23 @@ impl Shared {
     }
 
     fn log_reload_failure(&self, error: &ServerTlsError) {
-        let mut logged = self
-            .last_logged
+        let due = self
+            .reload_failure_log
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = Instant::now();
-        if logged
-            .0
-            .is_some_and(|at| now.duration_since(at) < RELOAD_LOG_INTERVAL)
-        {
-            logged.1 += 1;
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .due();
+        let Some(failures_since_last_log) = due else {
             return;
-        }
+        };
         tracing::warn!(
             event = "receiver.tls.reload_failed",
             receiver = %self.metrics.receiver,
             transport = self.metrics.transport.label(),
             error = %error,
-            failures_since_last_log = logged.1,
+            failures_since_last_log,
             "the changed TLS files could not be loaded; the certificate in use stays until \
              they are fixed",
         );
-        *logged = (Some(now), 0);
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod health;
 pub mod k8s_events;
+pub mod log_throttle;
 mod logging;
 mod process;
 mod server;

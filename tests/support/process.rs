@@ -183,3 +183,15 @@ fn rss_bytes(pid: u32) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
+
+/// Runs `tailgate print-config --config <path>` to its end: its exit status and output.
+pub fn print_config(path: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tailgate"))
+        .args([
+            "print-config",
+            "--config",
+            path.to_str().expect("utf-8 path"),
+        ])
+        .output()
+        .expect("print-config runs")
+}

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::config::DnsResolverConfig;
 use crate::exporter::core::error::ExporterError;
 use crate::payload::BoxFuture;
+use crate::telemetry::log_throttle::LogThrottle;
 
 /// The shortest time between two `loadbalancing.resolve_failed` warnings.
 pub(crate) const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -176,32 +177,18 @@ impl DnsTask {
     }
 }
 
-/// Warnings of failed resolutions, at most one per [`FAILURE_LOG_INTERVAL`].
-struct FailureLog {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl FailureLog {
-    fn failed(&mut self, hostname: &str, error: &str) {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|last| now.duration_since(last) < FAILURE_LOG_INTERVAL)
-        {
-            self.suppressed += 1;
-            return;
-        }
-        tracing::warn!(
-            event = "loadbalancing.resolve_failed",
-            hostname,
-            error,
-            failures_since_last_warning = self.suppressed,
-            "keeping the last backends",
-        );
-        self.last = Some(now);
-        self.suppressed = 0;
-    }
+/// Warns of a failed resolution, at most once per [`FAILURE_LOG_INTERVAL`] (`log`).
+fn resolve_failed(log: &mut LogThrottle, hostname: &str, error: &str) {
+    let Some(failures_since_last_warning) = log.due() else {
+        return;
+    };
+    tracing::warn!(
+        event = "loadbalancing.resolve_failed",
+        hostname,
+        error,
+        failures_since_last_warning,
+        "keeping the last backends",
+    );
 }
 
 async fn run(
@@ -211,10 +198,7 @@ async fn run(
     mut stopped: watch::Receiver<bool>,
     first_done: watch::Sender<bool>,
 ) {
-    let mut failures = FailureLog {
-        last: None,
-        suppressed: 0,
-    };
+    let mut failures = LogThrottle::new(FAILURE_LOG_INTERVAL);
     let mut current: Vec<String> = Vec::new();
     loop {
         let resolved = tokio::select! {
@@ -235,12 +219,12 @@ async fn run(
                     current = backends;
                 }
                 Ok(false) => {}
-                Err(error) => failures.failed(&config.hostname, &error.to_string()),
+                Err(error) => resolve_failed(&mut failures, &config.hostname, &error.to_string()),
             },
             Err(error) => {
                 // An empty list counts the failure and keeps the backends.
                 let _ = lb.set_backends(&[]).await;
-                failures.failed(&config.hostname, &error);
+                resolve_failed(&mut failures, &config.hostname, &error);
             }
         }
         drop(lb);

@@ -23,7 +23,7 @@
 //! a receiver silently drops out-of-order samples inside one request.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -38,6 +38,7 @@ use super::proto::prompb::{
     BucketSpan, Exemplar, Histogram, Label, MetricMetadata, Sample, TimeSeries, histogram,
     metric_metadata::MetricType,
 };
+use crate::hashed_positions::HashedPositions;
 use crate::otlp::metric_points;
 
 /// The NaN Prometheus reads as "this series ended" (staleness marker).
@@ -154,10 +155,8 @@ pub fn translate(request: &ExportMetricsServiceRequest, options: &Options) -> Tr
 /// Series under construction, merged by label set.
 #[derive(Default)]
 struct Builder {
-    /// A hash of a label set → the last series made with that hash; `chain[i]` is the
-    /// series made before series `i` with the same hash.
-    index: HashMap<u64, usize>,
-    chain: Vec<Option<usize>>,
+    /// Where the series with each [`label_hash`] are.
+    positions: HashedPositions,
     series: Vec<Series>,
     metadata: BTreeMap<String, MetricMetadata>,
     dropped: [usize; 2],
@@ -167,19 +166,18 @@ impl Builder {
     /// The series of `labels`, made (its label strings copied) only when it is new.
     fn entry(&mut self, labels: LabelSet<'_>) -> &mut Series {
         let hash = label_hash(labels.iter());
-        let mut candidate = self.index.get(&hash).copied();
-        while let Some(i) = candidate {
-            let existing = &self.series[i].series.labels;
-            if existing
+        let found = self.positions.find(hash, |i| {
+            self.series[i]
+                .series
+                .labels
                 .iter()
                 .map(|label| (label.name.as_str(), label.value.as_str()))
                 .eq(labels.iter())
-            {
-                return &mut self.series[i];
-            }
-            candidate = self.chain[i];
+        });
+        if let Some(i) = found {
+            return &mut self.series[i];
         }
-        let next = self.series.len();
+        let next = self.positions.push(hash);
         let mut owned = Vec::with_capacity(labels.base.len() + labels.extra.len());
         owned.extend(labels.iter().map(|(name, value)| Label {
             name: name.to_owned(),
@@ -193,7 +191,6 @@ impl Builder {
             points: 0,
             label_hash: hash,
         });
-        self.chain.push(self.index.insert(hash, next));
         &mut self.series[next]
     }
 

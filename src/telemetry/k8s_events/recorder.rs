@@ -15,6 +15,7 @@ use super::client::{ApiClient, ClientError};
 use super::model::{self, EventSeries, EventType, ObjectReference};
 use super::transition::Transition;
 use crate::telemetry::counter_vec;
+use crate::telemetry::log_throttle::LogThrottle;
 
 /// At most one `k8s_events.failed` log line per this interval.
 pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -166,13 +167,6 @@ struct Series {
     last_observed: Instant,
 }
 
-/// Failures since the last `k8s_events.failed` line.
-#[derive(Debug, Default)]
-struct FailureLog {
-    last_logged: Option<Instant>,
-    suppressed: u64,
-}
-
 /// Posts Events for transitions; see the module docs.
 #[derive(Debug)]
 pub struct Recorder<S = ApiClient> {
@@ -182,7 +176,8 @@ pub struct Recorder<S = ApiClient> {
     metrics: K8sEventsMetrics,
     series: HashMap<SeriesKey, Series>,
     sequence: u64,
-    failures: FailureLog,
+    /// The `k8s_events.failed` lines.
+    failures: LogThrottle,
 }
 
 impl<S: EventSink> Recorder<S> {
@@ -195,7 +190,7 @@ impl<S: EventSink> Recorder<S> {
             metrics,
             series: HashMap::new(),
             sequence: 0,
-            failures: FailureLog::default(),
+            failures: LogThrottle::new(FAILURE_LOG_INTERVAL),
         }
     }
 
@@ -304,14 +299,9 @@ impl<S: EventSink> Recorder<S> {
     fn failed(&mut self, reason: &'static str, error: &ClientError) {
         let kind = FailureReason::of(error);
         self.metrics.failed(kind).inc();
-        let now = Instant::now();
-        let log = &mut self.failures;
-        if matches!(log.last_logged, Some(at) if now.duration_since(at) < FAILURE_LOG_INTERVAL) {
-            log.suppressed += 1;
+        let Some(suppressed) = self.failures.due() else {
             return;
-        }
-        log.last_logged = Some(now);
-        let suppressed = std::mem::take(&mut log.suppressed);
+        };
         tracing::warn!(
             event = "k8s_events.failed",
             reason,
