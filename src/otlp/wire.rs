@@ -447,8 +447,19 @@ impl<'b> Reader<'b> {
 
     /// Reads a varint with prost's rules: at most 10 bytes, and the 10th byte may only
     /// carry the 64th bit.
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self, path: &Path<'_>) -> Result<u64, WireError> {
+        // Keys, most lengths and most values are one byte.
+        if self.pos < self.end && self.buf[self.pos] < 0x80 {
+            self.pos += 1;
+            return Ok(u64::from(self.buf[self.pos - 1]));
+        }
+        self.long_varint(path)
+    }
+
+    /// [`Self::varint`] past its one-byte case.
+    #[inline(never)]
+    fn long_varint(&mut self, path: &Path<'_>) -> Result<u64, WireError> {
         let start = self.pos;
         let mut value: u64 = 0;
         for i in 0..10 {
@@ -467,7 +478,7 @@ impl<'b> Reader<'b> {
         Err(path.err(WireErrorKind::InvalidVarint, start))
     }
 
-    #[inline]
+    #[inline(always)]
     fn key(&mut self, path: &Path<'_>) -> Result<Key, WireError> {
         let at = self.pos;
         let key = self.varint(path)?;
@@ -485,7 +496,7 @@ impl<'b> Reader<'b> {
         Ok(Key { tag, wire_type, at })
     }
 
-    #[inline]
+    #[inline(always)]
     fn advance(&mut self, n: u64, at: usize, path: &Path<'_>) -> Result<(), WireError> {
         if n > (self.end - self.pos) as u64 {
             return Err(path.err(WireErrorKind::Truncated, at));
@@ -504,7 +515,7 @@ impl<'b> Reader<'b> {
     }
 
     /// Reads a length prefix and returns the range of the payload it announces.
-    #[inline]
+    #[inline(always)]
     fn delimited(&mut self, key: Key, path: &Path<'_>) -> Result<Range, WireError> {
         let len = self.varint(path)?;
         let start = self.pos;
@@ -522,6 +533,7 @@ impl<'b> Reader<'b> {
     }
 }
 
+#[inline(always)]
 fn expect(key: Key, wire_type: u8, path: &Path<'_>) -> Result<(), WireError> {
     if key.wire_type != wire_type {
         return Err(path.err(
@@ -539,7 +551,7 @@ fn expect(key: Key, wire_type: u8, path: &Path<'_>) -> Result<(), WireError> {
 fn string(r: &mut Reader<'_>, key: Key, path: &Path<'_>) -> Result<Range, WireError> {
     expect(key, LEN, path)?;
     let range = r.delimited(key, path)?;
-    if std::str::from_utf8(&r.buf[range.clone()]).is_err() {
+    if !is_utf8(&r.buf[range.clone()]) {
         let Some(found) = r.invalid_utf8 else {
             return Err(path.err(WireErrorKind::InvalidUtf8, range.start));
         };
@@ -570,6 +582,7 @@ fn fixed32_field(r: &mut Reader<'_>, key: Key, path: &Path<'_>) -> Result<u32, W
 
 /// Reads the frame of a nested message field and checks the recursion budget as prost's
 /// `message::merge` does; returns the body range. Fields of the body get `ctx - 1`.
+#[inline(always)]
 fn message_field(
     r: &mut Reader<'_>,
     key: Key,
@@ -595,7 +608,9 @@ fn checked_message(
 ) -> Result<Range, WireError> {
     let path = path.child(seg);
     let body = message_field(r, key, ctx, &path)?;
-    walk_msg(msg, &mut r.sub(&body), ctx - 1, &path)?;
+    if msg != Msg::KeyValue || !is_plain_key_value(&r.buf[body.clone()], ctx - 1) {
+        walk_msg(msg, &mut r.sub(&body), ctx - 1, &path)?;
+    }
     Ok(body)
 }
 
@@ -966,7 +981,9 @@ fn walk_msg(msg: Msg, r: &mut Reader<'_>, ctx: u32, path: &Path<'_>) -> Result<(
             }
             Kind::Message(inner) => {
                 let body = message_field(r, key, ctx, &path)?;
-                walk_msg(inner, &mut r.sub(&body), ctx - 1, &path)?;
+                if inner != Msg::KeyValue || !is_plain_key_value(&r.buf[body.clone()], ctx - 1) {
+                    walk_msg(inner, &mut r.sub(&body), ctx - 1, &path)?;
+                }
             }
         }
     }
@@ -974,6 +991,120 @@ fn walk_msg(msg: Msg, r: &mut Reader<'_>, ctx: u32, path: &Path<'_>) -> Result<(
         check_id(Some((len, at)), want, &path.child(Seg::Field(name)))?;
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The common attribute, checked without the schema table or paths.
+
+/// True when `body` is valid UTF-8. Most strings are ASCII, which is checked a word at a
+/// time before the full validation.
+#[inline]
+fn is_utf8(bytes: &[u8]) -> bool {
+    // Short strings (keys, most values): one OR over the bytes, which the compiler turns
+    // into a few vector instructions without a branch per byte.
+    let ascii = if bytes.len() <= 64 {
+        bytes.iter().fold(0u8, |seen, &b| seen | b) < 0x80
+    } else {
+        bytes.is_ascii()
+    };
+    ascii || std::str::from_utf8(bytes).is_ok()
+}
+
+/// True when `body` is a `KeyValue` of the common shape that [`walk_msg`] accepts: only
+/// one-byte keys of its `key` (a UTF-8 string), `value` and `key_strindex` fields, and a
+/// value holding only string, bytes and scalar fields, each within its message. `ctx` is
+/// the recursion budget of the `KeyValue`'s fields.
+///
+/// False means "not known to be valid", not "invalid": the caller then walks the body with
+/// [`walk_msg`], which finds the error with its path, or accepts what this does not cover
+/// (nested values, unknown fields, strings collected as invalid UTF-8). So a request is
+/// accepted exactly when the table walk alone would accept it.
+#[inline]
+fn is_plain_key_value(body: &[u8], ctx: u32) -> bool {
+    // The value is a nested message: `message_field` refuses it at budget 0.
+    if ctx == 0 {
+        return false;
+    }
+    let mut pos = 0;
+    while pos < body.len() {
+        let key = body[pos];
+        pos += 1;
+        let plain = match key {
+            // key
+            0x0A => plain_len(body, &mut pos).is_some_and(is_utf8),
+            // value
+            0x12 => plain_len(body, &mut pos).is_some_and(is_plain_any_value),
+            // key_strindex
+            0x18 => plain_varint(body, &mut pos).is_some(),
+            _ => false,
+        };
+        if !plain {
+            return false;
+        }
+    }
+    true
+}
+
+/// True when `body` is an `AnyValue` with only one-byte keys of its string, bool, int,
+/// double, bytes and string_strindex fields, each within the message.
+#[inline]
+fn is_plain_any_value(body: &[u8]) -> bool {
+    let mut pos = 0;
+    while pos < body.len() {
+        let key = body[pos];
+        pos += 1;
+        let plain = match key {
+            // string_value
+            0x0A => plain_len(body, &mut pos).is_some_and(is_utf8),
+            // bool_value, int_value, string_value_strindex
+            0x10 | 0x18 | 0x40 => plain_varint(body, &mut pos).is_some(),
+            // double_value
+            0x21 => {
+                pos += 8;
+                pos <= body.len()
+            }
+            // bytes_value
+            0x3A => plain_len(body, &mut pos).is_some(),
+            _ => false,
+        };
+        if !plain {
+            return false;
+        }
+    }
+    true
+}
+
+/// Reads a varint at `pos` by [`Reader::varint`]'s rules; `None` where it would fail.
+#[inline]
+fn plain_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let first = *buf.get(*pos)?;
+    if first < 0x80 {
+        *pos += 1;
+        return Some(u64::from(first));
+    }
+    let mut value: u64 = 0;
+    for i in 0..10 {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            return (i < 9 || b < 2).then_some(value);
+        }
+    }
+    None
+}
+
+/// Reads a length prefix at `pos` and returns the payload it announces, moving past it;
+/// `None` when it does not fit in `buf`.
+#[inline]
+fn plain_len<'b>(buf: &'b [u8], pos: &mut usize) -> Option<&'b [u8]> {
+    let len = plain_varint(buf, pos)?;
+    if len > (buf.len() - *pos) as u64 {
+        return None;
+    }
+    let start = *pos;
+    *pos += len as usize;
+    Some(&buf[start..*pos])
 }
 
 #[cfg(test)]
@@ -1047,5 +1178,90 @@ mod tests {
             ROOT.err(WireErrorKind::Truncated, 7).to_string(),
             "truncated message at byte 7"
         );
+    }
+
+    mod plain_key_value {
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, any_value};
+        use proptest::prelude::*;
+        use prost::Message;
+
+        use super::super::*;
+
+        fn value() -> impl Strategy<Value = any_value::Value> {
+            use any_value::Value as V;
+            prop_oneof![
+                ".{0,40}".prop_map(V::StringValue),
+                any::<bool>().prop_map(V::BoolValue),
+                any::<i64>().prop_map(V::IntValue),
+                any::<f64>().prop_map(V::DoubleValue),
+                prop::collection::vec(any::<u8>(), 0..40).prop_map(V::BytesValue),
+                any::<i32>().prop_map(V::StringValueStrindex),
+                ".{0,8}".prop_map(|s| V::ArrayValue(ArrayValue {
+                    values: vec![AnyValue {
+                        value: Some(V::StringValue(s))
+                    }],
+                })),
+            ]
+        }
+
+        fn table_walk_accepts(body: &[u8], ctx: u32) -> bool {
+            let mut reader = Reader {
+                buf: body,
+                pos: 0,
+                end: body.len(),
+                invalid_utf8: None,
+            };
+            walk_msg(Msg::KeyValue, &mut reader, ctx, &ROOT).is_ok()
+        }
+
+        proptest! {
+            /// Scenario: `KeyValue` bodies holding every kind of value (an array among
+            /// them), whole, and with bytes flipped, inserted or cut off, at recursion
+            /// budgets from 0 up.
+            /// Guarantees: whatever the fast check calls plain, the table walk accepts (it
+            /// never lets through what the walk refuses), and every whole attribute with a
+            /// string, bool, int, double, bytes or index value at a budget above 0 is plain,
+            /// so the fast check is what validates common attributes.
+            #[test]
+            fn plain_is_accepted_by_the_table_walk(
+                key in ".{0,20}",
+                value in prop::option::of(value()),
+                key_strindex in any::<i32>(),
+                flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+                insert in prop::option::of((any::<usize>(), prop::collection::vec(any::<u8>(), 1..4))),
+                cut in prop::option::of(any::<usize>()),
+                ctx in 0u32..3,
+            ) {
+                let nested = matches!(value, Some(any_value::Value::ArrayValue(_)));
+                let kv = KeyValue {
+                    key,
+                    value: value.map(|value| AnyValue { value: Some(value) }),
+                    key_strindex,
+                };
+                let whole = kv.encode_to_vec();
+                if ctx > 0 && !nested {
+                    prop_assert!(is_plain_key_value(&whole, ctx), "{kv:?}");
+                }
+                prop_assert!(!is_plain_key_value(&whole, ctx) || table_walk_accepts(&whole, ctx));
+
+                let mut body = whole;
+                for (at, mask) in &flips {
+                    if !body.is_empty() {
+                        let i = at % body.len();
+                        body[i] ^= mask;
+                    }
+                }
+                if let Some((at, bytes)) = &insert {
+                    let i = at % (body.len() + 1);
+                    body.splice(i..i, bytes.iter().copied());
+                }
+                if let Some(cut) = cut {
+                    body.truncate(cut % (body.len() + 1));
+                }
+                if is_plain_key_value(&body, ctx) {
+                    prop_assert!(table_walk_accepts(&body, ctx), "plain but refused: {body:?}");
+                }
+            }
+        }
     }
 }
