@@ -11,7 +11,9 @@ allocator page faults are invisible to it, so it complements the timed runs and 
 whole-process load bench; it does not replace them.
 
 Usage:
-    benches/instructions.py <bench binary> [<out dir>]
+    benches/instructions.py <bench binary> [<out dir>] [<id regex>]
+
+With an id regex, only the benchmark ids it matches (anywhere in the id) are run.
 
 The bench binary is the one `cargo bench --no-run --bench pipeline_paths` (or
 `otlp_wire`) builds, e.g. `target/release/deps/pipeline_paths-<hash>`. Prints one line per
@@ -138,8 +140,11 @@ def main():
         sys.exit(__doc__)
     binary = sys.argv[1]
     out_dir = Path(sys.argv[2] if len(sys.argv) > 2 else "target/instructions")
+    only = re.compile(sys.argv[3]) if len(sys.argv) > 3 else None
     out_dir.mkdir(parents=True, exist_ok=True)
     for bench_id in bench_ids(binary):
+        if only and not only.search(bench_id):
+            continue
         path = path_of(bench_id)
         if path in SKIPPED:
             continue

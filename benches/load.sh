@@ -16,7 +16,8 @@
 # Usage: benches/load.sh [--config FILE]... [--duration 25s] [--rate SPANS_PER_SEC]
 #                        [--scenarios "grpc grpc-max ..."] [--peer-scenarios "grpc grpc-max"]
 #                        [--no-peer] [--no-build] [--out DIR]
-# Scenarios: grpc grpc-max grpc-gzip http-protobuf http-json large-attributes many-traces,
+# Scenarios: grpc grpc-max grpc-600 grpc-60 grpc-gzip http-protobuf http-json
+# large-attributes many-traces,
 # and grpc-tls grpc-tls-max (gRPC over TLS: made to run with a config whose name holds
 # "tls", such as benches/configs/seed-tls.yaml, for which this script makes a throwaway CA
 # and server certificate with openssl; TLS scenarios run only with such configs, the others
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
     --no-peer) PEER=0; shift ;;
     --no-build) BUILD=0; shift ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
 done
@@ -158,6 +159,10 @@ scenario_args() {
   case "$1" in
     grpc) echo "${grpc[@]} --rate $RATE" ;;
     grpc-max) echo "${grpc[@]}" ;;
+    # Flat out, with requests of 600 and of 60 spans (the operator shape): large batches
+    # from agents, and SDKs with default batch sizes.
+    grpc-600) echo "${grpc[@]} --batch-spans 600" ;;
+    grpc-60) echo "${grpc[@]} --batch-spans 60" ;;
     grpc-tls) echo "${grpc_tls[@]} --rate $RATE" ;;
     grpc-tls-max) echo "${grpc_tls[@]}" ;;
     grpc-gzip) echo "${grpc[@]} --gzip --rate $RATE" ;;
