@@ -466,15 +466,29 @@ impl Aggregator {
                 );
                 self.resources.insert(key.clone(), entry);
             }
+            // The resource's entry is looked up once for all its spans; the fields the span
+            // loop updates are borrowed apart from it.
+            let Self {
+                config,
+                bounds,
+                unit_nanos,
+                resources,
+                series_count,
+                state,
+                ..
+            } = self;
+            let Some(entry) = resources.get_mut(&key) else {
+                continue;
+            };
             // A span's dimension values, borrowed from the resource's spans or the config
             // (no allocation without dimensions).
             let mut dimensions: Vec<Option<DimRef<'_>>> =
-                Vec::with_capacity(self.config.dimensions.len());
+                Vec::with_capacity(config.dimensions.len());
             for scope in &resource.scope_spans {
                 for span in &scope.spans {
                     let span_name = String::from_utf8_lossy(&span.name);
                     dimensions.clear();
-                    dimensions.extend(self.config.dimensions.iter().map(|dimension| {
+                    dimensions.extend(config.dimensions.iter().map(|dimension| {
                         find_attribute(&span.bytes, SPAN_ATTRIBUTES, &dimension.name)
                             .or_else(|| {
                                 find_attribute(
@@ -496,32 +510,25 @@ impl Aggregator {
                         .end_time_unix_nano
                         .saturating_sub(span.start_time_unix_nano)
                         as f64
-                        / self.unit_nanos;
-                    let exemplar = self.config.exemplars_enabled.then(|| Exemplar {
+                        / *unit_nanos;
+                    let exemplar = config.exemplars_enabled.then(|| Exemplar {
                         filtered_attributes: Vec::new(),
                         time_unix_nano: span.end_time_unix_nano,
                         span_id: span.span_id.as_bytes().to_vec(),
                         trace_id: span.trace_id.as_bytes().to_vec(),
                         value: Some(exemplar::Value::AsDouble(value)),
                     });
-                    let bucket = self.bounds.partition_point(|bound| *bound < value);
-                    let buckets = self.bounds.len() + 1;
-                    let at_limit = self.series_count >= limit;
-                    let Some(entry) = self.resources.get_mut(&key) else {
-                        continue;
-                    };
+                    let bucket = bounds.partition_point(|bound| *bound < value);
+                    let buckets = bounds.len() + 1;
+                    let at_limit = *series_count >= limit;
                     let hash = probe.hash();
                     let found = entry.series.find(hash, &probe);
                     let series = match found {
                         Some(position) => entry.series.series_mut(position),
                         None if !at_limit && key != ResourceKey::Overflow => {
                             let series_key = probe.to_key();
-                            self.series_count += 1;
-                            self.state.add(series_bytes(
-                                &series_key,
-                                buckets,
-                                self.config.exemplars_enabled,
-                            ));
+                            *series_count += 1;
+                            state.add(series_bytes(&series_key, buckets, config.exemplars_enabled));
                             let position =
                                 entry
                                     .series
