@@ -1010,6 +1010,25 @@ fn is_utf8(bytes: &[u8]) -> bool {
     ascii || std::str::from_utf8(bytes).is_ok()
 }
 
+/// True when `$field` reads every field of `$body` as plain; returns false from the
+/// enclosing function at the first field it does not. `$field` sees each field's one-byte
+/// key as `$key` and the position just past it as `$pos`, which it moves past the field's
+/// value. A macro rather than a function taking a closure: the closure's borrowed cursor
+/// cost 6 % more instructions on the whole walk.
+macro_rules! all_fields_plain {
+    ($body:ident, $pos:ident, $key:ident => $field:expr) => {{
+        let mut $pos = 0;
+        while $pos < $body.len() {
+            let $key = $body[$pos];
+            $pos += 1;
+            if !$field {
+                return false;
+            }
+        }
+        true
+    }};
+}
+
 /// True when `body` is a `KeyValue` of the common shape that [`walk_msg`] accepts: only
 /// one-byte keys of its `key` (a UTF-8 string), `value` and `key_strindex` fields, and a
 /// value holding only string, bytes and scalar fields, each within its message. `ctx` is
@@ -1025,53 +1044,35 @@ fn is_plain_key_value(body: &[u8], ctx: u32) -> bool {
     if ctx == 0 {
         return false;
     }
-    let mut pos = 0;
-    while pos < body.len() {
-        let key = body[pos];
-        pos += 1;
-        let plain = match key {
-            // key
-            0x0A => plain_len(body, &mut pos).is_some_and(is_utf8),
-            // value
-            0x12 => plain_len(body, &mut pos).is_some_and(is_plain_any_value),
-            // key_strindex
-            0x18 => plain_varint(body, &mut pos).is_some(),
-            _ => false,
-        };
-        if !plain {
-            return false;
-        }
-    }
-    true
+    all_fields_plain!(body, pos, key => match key {
+        // key
+        0x0A => plain_len(body, &mut pos).is_some_and(is_utf8),
+        // value
+        0x12 => plain_len(body, &mut pos).is_some_and(is_plain_any_value),
+        // key_strindex
+        0x18 => plain_varint(body, &mut pos).is_some(),
+        _ => false,
+    })
 }
 
 /// True when `body` is an `AnyValue` with only one-byte keys of its string, bool, int,
 /// double, bytes and string_strindex fields, each within the message.
 #[inline]
 fn is_plain_any_value(body: &[u8]) -> bool {
-    let mut pos = 0;
-    while pos < body.len() {
-        let key = body[pos];
-        pos += 1;
-        let plain = match key {
-            // string_value
-            0x0A => plain_len(body, &mut pos).is_some_and(is_utf8),
-            // bool_value, int_value, string_value_strindex
-            0x10 | 0x18 | 0x40 => plain_varint(body, &mut pos).is_some(),
-            // double_value
-            0x21 => {
-                pos += 8;
-                pos <= body.len()
-            }
-            // bytes_value
-            0x3A => plain_len(body, &mut pos).is_some(),
-            _ => false,
-        };
-        if !plain {
-            return false;
+    all_fields_plain!(body, pos, key => match key {
+        // string_value
+        0x0A => plain_len(body, &mut pos).is_some_and(is_utf8),
+        // bool_value, int_value, string_value_strindex
+        0x10 | 0x18 | 0x40 => plain_varint(body, &mut pos).is_some(),
+        // double_value
+        0x21 => {
+            pos += 8;
+            pos <= body.len()
         }
-    }
-    true
+        // bytes_value
+        0x3A => plain_len(body, &mut pos).is_some(),
+        _ => false,
+    })
 }
 
 /// Reads a varint at `pos` by [`Reader::varint`]'s rules; `None` where it would fail.
