@@ -76,7 +76,7 @@ pub(super) fn double(v: &Node<'_>, path: &P<'_>) -> R<f64> {
         Node::U64(u) => Ok(*u as f64),
         Node::I64(i) => Ok(*i as f64),
         Node::F64(f) => Ok(*f),
-        Node::Str(s) => match s.as_ref() {
+        Node::Str(s) => match *s {
             "NaN" => Ok(f64::NAN),
             "Infinity" => Ok(f64::INFINITY),
             "-Infinity" => Ok(f64::NEG_INFINITY),
@@ -94,21 +94,27 @@ pub(super) fn double(v: &Node<'_>, path: &P<'_>) -> R<f64> {
 /// An enum: its integer value, or one of its names.
 pub(super) fn enumeration(v: &Node<'_>, path: &P<'_>, by_name: fn(&str) -> Option<i32>) -> R<i32> {
     match v {
-        Node::Str(s) => {
-            by_name(s).ok_or_else(|| path.err(format!("unknown enum value {:?}", s.as_ref())))
-        }
+        Node::Str(s) => by_name(s).ok_or_else(|| path.err(format!("unknown enum value {s:?}"))),
         _ => i32_(v, path),
     }
 }
 
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
+/// The value of each hex digit, and 0xff for the other bytes.
+const NIBBLES: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
     }
-}
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
 
 /// A hex id of `N` bytes; the empty string means absent (`None`). Odd length or a non-hex
 /// digit is `invalid hex` before a wrong length is reported.
@@ -120,18 +126,24 @@ pub(super) fn hex_id<const N: usize>(v: &Node<'_>, path: &P<'_>) -> R<Option<[u8
     if s.is_empty() {
         return Ok(None);
     }
-    if s.len() % 2 != 0 || !s.iter().all(u8::is_ascii_hexdigit) {
+    if s.len() % 2 != 0 {
         return Err(path.err("invalid hex"));
     }
-    if s.len() / 2 != N {
+    if s.len() != 2 * N {
+        if !s.iter().all(u8::is_ascii_hexdigit) {
+            return Err(path.err("invalid hex"));
+        }
         return Err(path.err(format!("invalid length {}, want {N}", s.len() / 2)));
     }
     let mut id = [0u8; N];
+    let mut bad = 0;
     for (byte, pair) in id.iter_mut().zip(s.chunks_exact(2)) {
-        *byte = match (nibble(pair[0]), nibble(pair[1])) {
-            (Some(hi), Some(lo)) => (hi << 4) | lo,
-            _ => return Err(path.err("invalid hex")),
-        };
+        let (hi, lo) = (NIBBLES[usize::from(pair[0])], NIBBLES[usize::from(pair[1])]);
+        bad |= hi | lo;
+        *byte = (hi << 4) | (lo & 0x0f);
+    }
+    if bad & 0xf0 != 0 {
+        return Err(path.err("invalid hex"));
     }
     Ok(Some(id))
 }

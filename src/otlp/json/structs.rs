@@ -1,6 +1,7 @@
 //! OTLP/JSON to prost message structs, for metrics (not on the hot path): a walk of the
 //! parsed document declared per message by `messages!`, with the shared scalar readers.
 
+use bumpalo::Bump;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
     AnyValue, ArrayValue, EntityRef, InstrumentationScope, KeyValue, KeyValueList, any_value,
@@ -33,7 +34,8 @@ pub(super) fn transcode<M: Message>(
     json: &[u8],
     read: fn(&Doc<'_>, &Node<'_>, &P<'_>) -> R<M>,
 ) -> R<Vec<u8>> {
-    let doc = Doc::parse(json)?;
+    let arena = Bump::new();
+    let doc = Doc::parse(json, &arena)?;
     Ok(read(&doc, doc.root(), &P::ROOT)?.encode_to_vec())
 }
 
@@ -59,7 +61,7 @@ impl<'d, 'a, 'p> Obj<'d, 'a, 'p> {
         self.members
             .iter()
             .rev()
-            .find(|(k, _)| k == key)
+            .find(|(k, _)| *k == key)
             .map(|(_, v)| v)
     }
 
@@ -417,6 +419,8 @@ pub(super) mod traces_oracle {
     use opentelemetry_proto::tonic::trace::v1::span::{Event, Link};
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 
+    use bumpalo::Bump;
+
     use super::super::scalar;
     use super::{
         Doc, Node, P, R, key_value, names, obj, resource, scope, span_id, string, trace_id, u32_,
@@ -433,7 +437,8 @@ pub(super) mod traces_oracle {
 
     /// The request `json` describes, or the error the transcoder must give.
     pub(in crate::otlp) fn traces_oracle(json: &[u8]) -> R<ExportTraceServiceRequest> {
-        let doc = Doc::parse(json)?;
+        let arena = Bump::new();
+        let doc = Doc::parse(json, &arena)?;
         request(&doc, doc.root(), &P::ROOT)
     }
 

@@ -12,6 +12,8 @@
 //! declared after `parent_span_id` with tag 16), the value is read in its place and written
 //! at the end.
 
+use bumpalo::Bump;
+
 use super::doc::{Doc, Member, Node, fields};
 use super::path::{Names, P, R, names};
 use super::scalar::{
@@ -25,7 +27,8 @@ use super::scalar::{
 ///
 /// The first problem found, as [`super::JsonError`].
 pub(super) fn transcode(json: &[u8]) -> R<Vec<u8>> {
-    let doc = Doc::parse(json)?;
+    let arena = Bump::new();
+    let doc = Doc::parse(json, &arena)?;
     let mut w = Writer {
         doc: &doc,
         out: Vec::with_capacity(json.len() / 2),
