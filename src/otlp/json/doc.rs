@@ -1,10 +1,12 @@
-//! A JSON document parsed once by serde_json into borrowed, flat storage: strings are
-//! slices of the body (copied only where escapes force it), arrays and objects are ranges
-//! of two vectors, an object's members are kept in input order and searched linearly.
+//! A JSON document parsed once into borrowed, flat storage: strings are slices of the body
+//! (decoded into an arena only where escapes force it), arrays and objects are ranges of
+//! two vectors, an object's members are kept in input order and searched linearly.
 //!
-//! serde_json still does the parsing, so the accepted syntax, the nesting limit (128) and
-//! the `invalid json: …` messages (with line and column) are serde_json's, and numbers
-//! reach the readers as serde_json's `Value` would hold them.
+//! A small parser ([`Fast`]) takes the bodies senders write; on anything it does not
+//! handle exactly as serde_json does, serde_json parses the body instead. So the accepted
+//! syntax, the nesting limit (128) and the `invalid json: …` messages (with line and
+//! column) are serde_json's, and numbers reach the readers as serde_json's `Value` would
+//! hold them.
 
 use std::fmt;
 
@@ -99,9 +101,9 @@ impl Node<'_> {
     }
 }
 
-/// The value of each field of `names` in `members`, by the rules of the old `Value` walk:
-/// the JSON name's value if it is there and not null, else the proto name's if not null;
-/// of a key given twice, the last one counts (as in serde_json's `Map`).
+/// The value of each field of `names` in `members`: the JSON name's value if it is there
+/// and not null, else the proto name's if not null; of a key given twice, the last one
+/// counts (as in serde_json's `Map`). `None` for a field absent or null.
 pub(super) fn fields<'d, 'a, const N: usize>(
     members: &'d [Member<'a>],
     names: &[Names; N],
