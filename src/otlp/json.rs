@@ -12,10 +12,11 @@
 //! - `null` means absent, and unknown keys are ignored.
 //!
 //! The walk is hand-written because opentelemetry-proto's serde implementation rejects enum
-//! names and is stricter than the senders in the field. serde_json parses the body into a
-//! borrowed document ([`doc`]); traces are then written straight to the protobuf wire format
-//! ([`traces`]), metrics (off the hot path) through prost structs ([`structs`]); both read
-//! scalars with the same readers ([`scalar`]).
+//! names and is stricter than the senders in the field. The body is parsed once into a
+//! borrowed document ([`doc`], with serde_json's syntax, nesting limit and error messages);
+//! traces are then written straight to the protobuf wire format ([`traces`]), metrics (off
+//! the hot path) through prost structs ([`structs`]); both read scalars with the same
+//! readers ([`scalar`]).
 
 use serde_json::{Map, Value};
 
@@ -40,8 +41,8 @@ pub(super) use structs::traces_oracle::traces_oracle;
 ///
 /// When the body is not JSON, or a value has the wrong type or an invalid content (bad hex
 /// or base64, id of the wrong length, unknown enum name, out-of-range integer). Of several
-/// problems, the one reported is the first in document order of the fields as the proto
-/// declares them (a oneof's members first).
+/// problems, the one reported is the first met walking the request depth first, each
+/// message's fields in the order the proto declares them (a oneof's members first).
 pub fn traces_json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, JsonError> {
     traces::transcode(json)
 }
