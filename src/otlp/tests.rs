@@ -1354,3 +1354,348 @@ fn metrics_json_and_point_counting() {
     let bad = Bytes::from(prost::Message::encode_to_vec(&bad));
     assert!(crate::otlp::decode_metrics_request(&bad).is_err());
 }
+
+// ---------------------------------------------------------------------------------------
+// JSON: the direct transcoder against prost.
+
+/// Values that break a field in every way the readers check: wrong types, bad ids, enum
+/// names good and bad, integers out of range, special doubles, base64, conflicting
+/// AnyValue members, nulls and empty containers.
+const JUNK: &[&str] = &[
+    "null",
+    "true",
+    "0",
+    "-1",
+    "-0",
+    "1.5",
+    "1e3",
+    "4294967296",
+    "18446744073709551615",
+    "-9223372036854775808",
+    "1e300",
+    "\"\"",
+    "\"x\"",
+    "\"zz\"",
+    "\"0102\"",
+    "\"0102030405060708\"",
+    "\"0102030405060708090A0B0C0D0E0F10\"",
+    "\" 42 \"",
+    "\"NaN\"",
+    "\"-Infinity\"",
+    "\"SPAN_KIND_SERVER\"",
+    "\"STATUS_CODE_ERROR\"",
+    "\"-_8\"",
+    "\"Zg=\"",
+    "\"a\\\"b\\u00e9\"",
+    "[]",
+    "[{}]",
+    "[null]",
+    "[\"a\", 1]",
+    "{}",
+    "{\"stringValue\":\"\"}",
+    "{\"intValue\":\"5\",\"boolValue\":true}",
+    "{\"values\":[{\"doubleValue\":\"Infinity\"}]}",
+    "{\"arrayValue\":{\"values\":[{\"bytesValue\":\"!!\"}]}}",
+];
+
+/// Keys a mutation may add: the fields of every traces message, in both spellings.
+const KEYS: &[&str] = &[
+    "resourceSpans",
+    "resource_spans",
+    "resource",
+    "scopeSpans",
+    "scope_spans",
+    "schemaUrl",
+    "schema_url",
+    "attributes",
+    "droppedAttributesCount",
+    "dropped_attributes_count",
+    "entityRefs",
+    "type",
+    "idKeys",
+    "id_keys",
+    "scope",
+    "name",
+    "version",
+    "spans",
+    "traceId",
+    "trace_id",
+    "spanId",
+    "span_id",
+    "traceState",
+    "parentSpanId",
+    "parent_span_id",
+    "flags",
+    "kind",
+    "startTimeUnixNano",
+    "start_time_unix_nano",
+    "endTimeUnixNano",
+    "events",
+    "droppedEventsCount",
+    "links",
+    "dropped_links_count",
+    "status",
+    "timeUnixNano",
+    "message",
+    "code",
+    "key",
+    "value",
+    "keyStrindex",
+    "stringValue",
+    "string_value",
+    "boolValue",
+    "intValue",
+    "int_value",
+    "doubleValue",
+    "arrayValue",
+    "array_value",
+    "kvlistValue",
+    "bytesValue",
+    "stringValueStrindex",
+    "values",
+];
+
+/// Every JSON pointer of `v`, in document order.
+fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                pointers(item, format!("{at}/{i}"), out);
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                pointers(item, format!("{at}/{k}"), out);
+            }
+        }
+        _ => {}
+    }
+    out.push(at);
+}
+
+/// One change to a request's JSON: a value replaced by junk, a key added to an object (in
+/// front of the others, so that an existing one of the same name comes later and wins), a
+/// key renamed to its snake_case spelling, or a key added at the end of an object.
+#[derive(Clone, Debug)]
+enum JsonMutation {
+    Replace(prop::sample::Index, usize),
+    Prepend(prop::sample::Index, usize, usize),
+    Snake(prop::sample::Index),
+    Append(prop::sample::Index, usize, usize),
+}
+
+fn json_mutation() -> impl Strategy<Value = JsonMutation> {
+    let junk = 0..JUNK.len();
+    let key = 0..KEYS.len();
+    prop_oneof![
+        3 => (any::<prop::sample::Index>(), junk.clone()).prop_map(|(i, j)| JsonMutation::Replace(i, j)),
+        2 => (any::<prop::sample::Index>(), key.clone(), junk.clone())
+            .prop_map(|(i, k, j)| JsonMutation::Prepend(i, k, j)),
+        1 => any::<prop::sample::Index>().prop_map(JsonMutation::Snake),
+        2 => (any::<prop::sample::Index>(), key, junk).prop_map(|(i, k, j)| JsonMutation::Append(i, k, j)),
+    ]
+}
+
+fn snake(camel: &str) -> String {
+    let mut s = String::new();
+    for c in camel.chars() {
+        if c.is_ascii_uppercase() {
+            s.push('_');
+            s.push(c.to_ascii_lowercase());
+        } else {
+            s.push(c);
+        }
+    }
+    s
+}
+
+/// Applies `m` to the JSON text of `v`, returning the new text.
+fn mutate_json(v: &mut Value, m: &JsonMutation) -> String {
+    let mut all = Vec::new();
+    pointers(v, String::new(), &mut all);
+    match m {
+        JsonMutation::Replace(i, j) => {
+            let at = i.get(&all);
+            let junk: Value = serde_json::from_str(JUNK[*j]).expect("junk is JSON");
+            match v.pointer_mut(at) {
+                Some(slot) => *slot = junk,
+                None => unreachable!("pointer {at} came from the value"),
+            }
+            v.to_string()
+        }
+        JsonMutation::Snake(i) => {
+            let at = i.get(&all);
+            if let Some((parent, key)) = at.rsplit_once('/')
+                && let Some(Value::Object(map)) = v.pointer_mut(parent)
+                && let Some(item) = map.remove(key)
+            {
+                map.insert(snake(key), item);
+            }
+            v.to_string()
+        }
+        JsonMutation::Prepend(i, k, j) | JsonMutation::Append(i, k, j) => {
+            // Text level, so that a key can be there twice.
+            let text = v.to_string();
+            let braces: Vec<usize> = text
+                .char_indices()
+                .filter(|&(_, c)| {
+                    c == if matches!(m, JsonMutation::Prepend(..)) {
+                        '{'
+                    } else {
+                        '}'
+                    }
+                })
+                .map(|(at, _)| at)
+                .collect();
+            if braces.is_empty() {
+                return text;
+            }
+            let at = *i.get(&braces);
+            let member = format!("\"{}\":{}", KEYS[*k], JUNK[*j]);
+            if matches!(m, JsonMutation::Prepend(..)) {
+                let sep = if text[at + 1..].starts_with('}') {
+                    ""
+                } else {
+                    ","
+                };
+                format!("{}{member}{sep}{}", &text[..=at], &text[at + 1..])
+            } else {
+                let sep = if text[..at].ends_with('{') { "" } else { "," };
+                format!("{}{sep}{member}{}", &text[..at], &text[at..])
+            }
+        }
+    }
+}
+
+/// The direct transcoder's answer and the prost-struct oracle's, for comparison.
+fn both(json: &str) -> (Result<Vec<u8>, JsonError>, Result<Vec<u8>, JsonError>) {
+    (
+        traces_json_to_protobuf(json.as_bytes()),
+        json::traces_oracle(json.as_bytes()).map(|req| req.encode_to_vec()),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Scenario: an arbitrary request is written as OTLP/JSON (64-bit integers as strings
+    /// or numbers, optionally with every key in snake_case) and transcoded.
+    /// Guarantees: the output is byte for byte prost's encoding of the request, and the
+    /// prost-struct walk of the same JSON encodes to the same bytes.
+    #[test]
+    fn json_transcodes_to_prost_bytes(
+        req in request(),
+        numbers in any::<bool>(),
+        snake_keys in any::<bool>(),
+    ) {
+        let mut text = ToJson { numbers }.request(&req).to_string();
+        if snake_keys {
+            for key in KEYS {
+                text = text.replace(&format!("\"{key}\":"), &format!("\"{}\":", snake(key)));
+            }
+        }
+        let (direct, oracle) = both(&text);
+        let want = req.encode_to_vec();
+        prop_assert_eq!(direct.as_ref(), Ok(&want));
+        prop_assert_eq!(oracle.as_ref(), Ok(&want));
+    }
+
+    /// Scenario: the JSON of an arbitrary request with one to three mutations: values
+    /// replaced by junk of every type, keys added twice (first or last), keys renamed to
+    /// snake_case.
+    /// Guarantees: the direct transcoder and the prost-struct walk agree exactly: the same
+    /// bytes when the request is accepted, the same error (path and message) when not.
+    #[test]
+    fn json_mutations_match_the_prost_walk(
+        req in request(),
+        numbers in any::<bool>(),
+        mutations in prop::collection::vec(json_mutation(), 1..4),
+    ) {
+        let mut v = ToJson { numbers }.request(&req);
+        let mut text = v.to_string();
+        for m in &mutations {
+            text = mutate_json(&mut v, m);
+            if let Ok(next) = serde_json::from_str(&text) {
+                v = next;
+            }
+        }
+        let (direct, oracle) = both(&text);
+        prop_assert_eq!(direct, oracle, "{}", text);
+    }
+}
+
+/// Scenario: hand-picked bodies: not JSON, too deep, nested AnyValues, duplicate keys,
+/// camelCase and snake_case for the same field, a oneof conflict after a bad value, a span
+/// whose flags and name are both wrong, big messages whose length takes two or three bytes.
+/// Guarantees: the direct transcoder gives the prost-struct walk's bytes or error for each.
+#[test]
+fn json_edge_cases_match_the_prost_walk() {
+    let long = "x".repeat(20_000);
+    let deep_array = format!(
+        "{}{{\"stringValue\":\"x\"}}{}",
+        "{\"arrayValue\":{\"values\":[".repeat(35),
+        "]}}".repeat(35)
+    );
+    let too_deep = format!(
+        "{}{{\"stringValue\":\"x\"}}{}",
+        "{\"arrayValue\":{\"values\":[".repeat(50),
+        "]}}".repeat(50)
+    );
+    let span =
+        |body: &str| format!(r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{body}]}}]}}]}}"#);
+    let cases = [
+        String::new(),
+        "{".into(),
+        "[]".into(),
+        "{} x".into(),
+        "{\"resourceSpans\":null}".into(),
+        span("{}"),
+        span(r#"{"flags":"x","name":5}"#),
+        span(r#"{"name":5,"flags":"x"}"#),
+        span(r#"{"flags":4294967295,"kind":-1,"status":{"code":-2}}"#),
+        span(r#"{"name":"a","name":"b","trace_id":"zz","traceId":null}"#),
+        span(r#"{"traceId":"0102030405060708090a0b0c0d0e0f10","trace_id":"zz"}"#),
+        span(r#"{"spanId":null,"span_id":"0102030405060708"}"#),
+        span(
+            r#"{"attributes":[{"key":"k","value":{"stringValue":"a","arrayValue":{"values":[{"intValue":"x"}]}}}]}"#,
+        ),
+        span(r#"{"attributes":[{"key":"k","value":{"stringValue":"a","boolValue":false}}]}"#),
+        span(r#"{"attributes":[{"key":"k","keyStrindex":-1,"value":{"stringValueStrindex":-5}}]}"#),
+        span(
+            r#"{"attributes":[{"key":"k","value":{"bytesValue":""}},{"key":"k","value":{"doubleValue":-0.0}}]}"#,
+        ),
+        span(&format!(
+            r#"{{"name":"{long}","attributes":[{{"key":"{long}","value":{{"stringValue":"{long}"}}}}]}}"#
+        )),
+        span(&format!(
+            r#"{{"attributes":[{{"key":"k","value":{deep_array}}}]}}"#
+        )),
+        span(&format!(
+            r#"{{"attributes":[{{"key":"k","value":{too_deep}}}]}}"#
+        )),
+        span(
+            r#"{"links":[{"flags":1,"traceId":"","spanId":"01"}],"events":[{"timeUnixNano":"1"}]}"#,
+        ),
+    ];
+    for case in &cases {
+        let (direct, oracle) = both(case);
+        assert_eq!(direct, oracle, "{case}");
+    }
+    let deep = span(&format!(
+        r#"{{"attributes":[{{"key":"k","value":{too_deep}}}]}}"#
+    ));
+    let e = traces_json_to_protobuf(deep.as_bytes()).expect_err("too deep");
+    assert!(
+        e.to_string()
+            .starts_with("invalid json: recursion limit exceeded"),
+        "{e}"
+    );
+    let ok = span(&format!(
+        r#"{{"attributes":[{{"key":"k","value":{deep_array}}}]}}"#
+    ));
+    let pb = traces_json_to_protobuf(ok.as_bytes()).expect("35 levels");
+    assert_eq!(
+        ExportTraceServiceRequest::decode(pb.as_slice()).map(|r| r.encode_to_vec()),
+        Ok(pb)
+    );
+}
