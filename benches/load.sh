@@ -17,7 +17,7 @@
 #                        [--scenarios "grpc grpc-max ..."] [--peer-scenarios "grpc grpc-max"]
 #                        [--no-peer] [--no-build] [--out DIR]
 # Scenarios: grpc grpc-max grpc-600 grpc-60 grpc-gzip http-protobuf http-json
-# large-attributes many-traces,
+# http-protobuf-max http-json-max large-attributes many-traces,
 # and grpc-tls grpc-tls-max (gRPC over TLS: made to run with a config whose name holds
 # "tls", such as benches/configs/seed-tls.yaml, for which this script makes a throwaway CA
 # and server certificate with openssl; TLS scenarios run only with such configs, the others
@@ -168,6 +168,8 @@ scenario_args() {
     grpc-gzip) echo "${grpc[@]} --gzip --rate $RATE" ;;
     http-protobuf) echo "--protocol http-protobuf --endpoint http://$TAILGATE_BENCH_HTTP/v1/traces --rate $RATE" ;;
     http-json) echo "--protocol http-json --endpoint http://$TAILGATE_BENCH_HTTP/v1/traces --rate $RATE" ;;
+    http-protobuf-max) echo "--protocol http-protobuf --endpoint http://$TAILGATE_BENCH_HTTP/v1/traces" ;;
+    http-json-max) echo "--protocol http-json --endpoint http://$TAILGATE_BENCH_HTTP/v1/traces" ;;
     # 30 attributes per span, 20 of them 256-byte strings: ~6 KiB per span.
     large-attributes) echo "${grpc[@]} --attributes 30 --attribute-bytes 256 --rate $((RATE / 4))" ;;
     # Every trace split in two parts 1 s apart, so each stays open in a sampler's buffer
