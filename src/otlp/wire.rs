@@ -1038,6 +1038,10 @@ macro_rules! all_fields_plain {
 /// [`walk_msg`], which finds the error with its path, or accepts what this does not cover
 /// (nested values, unknown fields, strings collected as invalid UTF-8). So a request is
 /// accepted exactly when the table walk alone would accept it.
+///
+/// Called where a `KeyValue` body is about to be walked, not inside [`walk_msg`]: there,
+/// the call and frame of `walk_msg` for each attribute cost 7 % more instructions on the
+/// whole walk.
 #[inline]
 fn is_plain_key_value(body: &[u8], ctx: u32) -> bool {
     // The value is a nested message: `message_field` refuses it at budget 0.
