@@ -66,6 +66,10 @@ PATHS = {
         [r"remote_write::translate::translate"],
         r"remote_write::translate::translate",
     ),
+    "translate_encode_v1": (
+        [r"pipeline_paths::translate_encode_v1"],
+        r"pipeline_paths::translate_encode_v1",
+    ),
 }
 SKIPPED = {"prost_decode", "floor_scan_copy"}
 # The benches' set-up (building the requests, checking them once) calls some entry

@@ -34,6 +34,7 @@ use prost::Message;
 use tailgate::config::{ComponentId, ConnectorConfig, ProcessorConfig, TailSamplingConfig};
 use tailgate::connector::{SpanMetricsFlusher, SpanMetricsMetricFamilies};
 use tailgate::exporter::remote_write::translate::{Options, translate};
+use tailgate::exporter::remote_write::v1;
 use tailgate::limiter::MemoryBudget;
 use tailgate::loadgen::{Generator, GeneratorConfig};
 use tailgate::otlp::{
@@ -243,7 +244,18 @@ fn bench(c: &mut Criterion) {
     group.bench_function("translate", |b| {
         b.iter(|| translate(black_box(&metrics), &options))
     });
+    group.bench_function("translate_encode_v1", |b| {
+        b.iter(|| translate_encode_v1(black_box(&metrics), &options))
+    });
     group.finish();
+}
+
+/// What the remote-write exporter does per request on the 1.0 path, short of sharding and
+/// compression: translate, encode the series, and drop them. Returns the encoded size.
+#[inline(never)]
+fn translate_encode_v1(metrics: &ExportMetricsServiceRequest, options: &Options) -> usize {
+    let translated = translate(metrics, options);
+    v1::encode(&translated.series, &translated.metadata).len()
 }
 
 /// The seed's `tail_sampling` (benches/configs/seed.yaml): status_code ERROR, then

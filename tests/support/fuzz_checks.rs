@@ -23,7 +23,9 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use tailgate::error::PipelineError;
-use tailgate::exporter::remote_write::translate::{Options, translate};
+use tailgate::exporter::remote_write::prompb::WriteRequest;
+use tailgate::exporter::remote_write::translate::{Options, Series, translate};
+use tailgate::exporter::remote_write::v1;
 use tailgate::otlp::{
     TraceRequestWriter, count_spans, decode_metrics_request, metric_points,
     metrics_json_to_protobuf, parse_traces_request, traces_json_to_protobuf,
@@ -514,7 +516,8 @@ pub fn check_config(data: &[u8]) {
 /// Input: byte 0 picks the options, the rest is an encoded metrics request. Every series
 /// has a `__name__`, labels sorted by name, unique and non-empty, samples and histograms
 /// in strictly increasing timestamp order; every data point is either accounted for by a
-/// series or counted as dropped.
+/// series or counted as dropped; the 1.0 encoding is byte for byte prost's of the same
+/// series with owned labels, and the sizes requests are cut by add up to it.
 pub fn check_remote_write(data: &[u8]) {
     let Some((&flags, body)) = data.split_first() else {
         return;
@@ -548,36 +551,58 @@ pub fn check_remote_write(data: &[u8]) {
         "data points neither translated nor dropped"
     );
     for s in &translated.series {
-        let labels = &s.series.labels;
+        let labels: Vec<(&str, &str)> = s.labels.iter().collect();
         assert!(
-            labels.iter().any(|l| l.name == "__name__"),
+            labels.iter().any(|(name, _)| *name == "__name__"),
             "series without __name__: {labels:?}"
         );
         for pair in labels.windows(2) {
             assert!(
-                pair[0].name < pair[1].name,
+                pair[0].0 < pair[1].0,
                 "labels not sorted and unique: {labels:?}"
             );
         }
-        for label in labels {
+        for (name, value) in &labels {
             assert!(
-                !label.name.is_empty() && !label.value.is_empty(),
+                !name.is_empty() && !value.is_empty(),
                 "empty label: {labels:?}"
             );
         }
-        for pair in s.series.samples.windows(2) {
+        for pair in s.samples.windows(2) {
             assert!(
                 pair[0].timestamp < pair[1].timestamp,
                 "samples out of order"
             );
         }
-        for pair in s.series.histograms.windows(2) {
+        for pair in s.histograms.windows(2) {
             assert!(
                 pair[0].timestamp < pair[1].timestamp,
                 "histograms out of order"
             );
         }
     }
+    let written = v1::encode(&translated.series, &translated.metadata);
+    let expected = WriteRequest {
+        timeseries: translated
+            .series
+            .iter()
+            .map(Series::to_time_series)
+            .collect(),
+        metadata: translated.metadata.clone(),
+    }
+    .encode_to_vec();
+    assert!(written == expected, "1.0 encoding differs from prost's");
+    let cut: usize = translated
+        .series
+        .iter()
+        .map(v1::series_encoded_len)
+        .sum::<usize>()
+        + translated
+            .metadata
+            .iter()
+            .map(v1::metadata_encoded_len)
+            .sum::<usize>();
+    assert_eq!(cut, written.len(), "request sizes do not add up");
 }
 
 // ---------------------------------------------------------------------------------------

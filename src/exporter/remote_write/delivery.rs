@@ -15,10 +15,11 @@ use bytes::Bytes;
 use prost::Message;
 
 use super::metrics::{RemoteWriteMetrics, Unwritten};
-use super::proto::prompb::{MetricMetadata, WriteRequest};
-use super::shard::{ShardBatch, series_encoded_len};
+use super::proto::prompb::MetricMetadata;
+use super::shard::ShardBatch;
+use super::translate::Series;
 use super::transport::{Protocol, RemoteWriteTransport, Reply, Written};
-use super::v2;
+use super::{v1, v2};
 use crate::config::{RemoteWriteConfig, RemoteWriteMessage, RetryConfig};
 use crate::exporter::core::deliver::{Deliver, Delivered};
 use crate::exporter::core::outcome::{Accepted, AttemptError, Outcome, Settled};
@@ -26,10 +27,12 @@ use crate::exporter::core::retry;
 use crate::exporter::core::state::{DeadlineWatch, Shared};
 use crate::exporter::core::transport::Transport;
 
-/// One request: a 1.0 `WriteRequest` and what it accounts for, with its encodings made on
-/// first use (a retry sends the same bytes).
+/// One request: the series and 1.0 metadata of a `WriteRequest` and what they account
+/// for, with its encodings made on first use (a retry sends the same bytes).
 pub(crate) struct WriteBatch {
-    request: WriteRequest,
+    series: Vec<Series>,
+    /// The metadata a 1.0 request carries (empty unless `send_metadata`).
+    metadata: Vec<MetricMetadata>,
     /// The metadata of the batch's families, for 2.0 encoding (empty for 1.0 exporters).
     families: Arc<Vec<MetricMetadata>>,
     /// Data points accounted for.
@@ -46,9 +49,15 @@ struct Encoded {
 }
 
 impl WriteBatch {
-    fn new(request: WriteRequest, families: Arc<Vec<MetricMetadata>>, points: usize) -> Self {
+    fn new(
+        series: Vec<Series>,
+        metadata: Vec<MetricMetadata>,
+        families: Arc<Vec<MetricMetadata>>,
+        points: usize,
+    ) -> Self {
         Self {
-            request,
+            series,
+            metadata,
             families,
             points,
             v1: OnceLock::new(),
@@ -71,10 +80,13 @@ impl WriteBatch {
 
     fn encode(&self, protocol: Protocol) -> Result<Encoded, String> {
         let (raw, counts) = match protocol {
-            Protocol::V1 => (self.request.encode_to_vec(), v2::Counts::default()),
+            Protocol::V1 => (
+                v1::encode(&self.series, &self.metadata),
+                v2::Counts::default(),
+            ),
             Protocol::V2 => {
                 let families = v2::Families::new(&self.families);
-                let (message, counts) = v2::encode(&self.request.timeseries, &families);
+                let (message, counts) = v2::encode(&self.series, &families);
                 (message.encode_to_vec(), counts)
             }
         };
@@ -183,7 +195,7 @@ impl Transport for Negotiated {
         let mut attempt = attempt;
         loop {
             let protocol = self.protocol();
-            if protocol == Protocol::V2 && batch.request.timeseries.is_empty() {
+            if protocol == Protocol::V2 && batch.series.is_empty() {
                 // Metadata alone: 2.0 carries it inside series, so there is nothing to send.
                 return Ok(Accepted::default());
             }
@@ -256,30 +268,39 @@ impl ShardDelivery {
             Vec::new()
         });
         let mut requests = Vec::new();
-        let mut current = WriteRequest {
-            timeseries: Vec::new(),
-            metadata: if self.v1_metadata {
-                metadata
-            } else {
-                Vec::new()
-            },
+        let mut current_metadata = if self.v1_metadata {
+            metadata
+        } else {
+            Vec::new()
         };
+        let mut current: Vec<Series> = Vec::new();
         let mut current_points = 0;
-        let mut current_bytes = current.encoded_len();
+        let mut current_bytes: usize = current_metadata.iter().map(v1::metadata_encoded_len).sum();
         for series in series {
-            let len = series_encoded_len(&series.series);
-            if !current.timeseries.is_empty() && current_bytes + len > self.max_batch_bytes {
+            let len = v1::series_encoded_len(&series);
+            if !current.is_empty() && current_bytes + len > self.max_batch_bytes {
                 let full = std::mem::take(&mut current);
-                requests.push(WriteBatch::new(full, families.clone(), current_points));
+                let metadata = std::mem::take(&mut current_metadata);
+                requests.push(WriteBatch::new(
+                    full,
+                    metadata,
+                    families.clone(),
+                    current_points,
+                ));
                 current_points = 0;
                 current_bytes = 0;
             }
             current_bytes += len;
             current_points += series.points;
-            current.timeseries.push(series.series);
+            current.push(series);
         }
-        if !current.timeseries.is_empty() || !current.metadata.is_empty() {
-            requests.push(WriteBatch::new(current, families, current_points));
+        if !current.is_empty() || !current_metadata.is_empty() {
+            requests.push(WriteBatch::new(
+                current,
+                current_metadata,
+                families,
+                current_points,
+            ));
         }
         requests
     }

@@ -52,7 +52,8 @@
 //! `partial_success` (the rest as sent).
 //!
 //! Files, each importing only those above it in this list: `proto.rs` (the generated
-//! messages), `translate.rs`, `v2.rs`, `metrics.rs`, `shard.rs` (the queued item and its
+//! messages), `labels.rs` (series' label strings, shared per request), `translate.rs`,
+//! `v1.rs` and `v2.rs` (the two encodings), `metrics.rs`, `shard.rs` (the queued item and its
 //! charge), `transport.rs` (one HTTP attempt), `delivery.rs` (requests, protocol
 //! negotiation), `exporter.rs` (the handle); this file only declares and re-exports.
 //!
@@ -60,11 +61,13 @@
 
 mod delivery;
 mod exporter;
+pub mod labels;
 mod metrics;
 mod proto;
 mod shard;
 pub mod translate;
 mod transport;
+pub mod v1;
 mod v2;
 
 pub use exporter::RemoteWriteExporter;

@@ -10,8 +10,9 @@ use std::hash::{Hash, Hasher};
 use std::mem::size_of;
 use std::sync::Arc;
 
-use super::proto::prompb::{Exemplar, Histogram, Label, MetricMetadata, TimeSeries};
+use super::proto::prompb::{Exemplar, Histogram, Label, MetricMetadata};
 use super::translate::{Series, Translated};
+use super::v1::{metadata_encoded_len, series_encoded_len};
 use super::v2;
 use crate::exporter::core::deliver::QueueItem;
 use crate::limiter::MemoryBudget;
@@ -47,7 +48,7 @@ impl ShardBatch {
 
     fn push(&mut self, series: Series) {
         self.points += series.points;
-        self.encoded_bytes += series_encoded_len(&series.series);
+        self.encoded_bytes += series_encoded_len(&series);
         self.series.push(series);
     }
 
@@ -107,7 +108,7 @@ pub(crate) fn group(
             let wanted: Vec<MetricMetadata> = group
                 .series
                 .iter()
-                .filter_map(|series| families.lookup(series_name(&series.series)))
+                .filter_map(|series| families.lookup(series.name()))
                 .filter(|m| seen.insert(m.metric_family_name.as_str()))
                 .cloned()
                 .collect();
@@ -142,21 +143,12 @@ pub(crate) fn whole(translated: Translated, budget: Option<&Arc<MemoryBudget>>) 
     batch
 }
 
-/// The 1.0 encoded size of a series inside a `WriteRequest` (with its field tag and length).
-pub(crate) fn series_encoded_len(series: &TimeSeries) -> usize {
-    prost::Message::encoded_len(series) + 4
-}
-
-fn metadata_encoded_len(metadata: &MetricMetadata) -> usize {
-    prost::Message::encoded_len(metadata) + 4
-}
-
 /// The bytes `series` and `metadata` hold in memory: each struct's own size plus the heap
-/// buffers it owns, by capacity (labels' strings, samples, exemplars, native histograms'
-/// spans and buckets). This is what the allocations hold, short of the allocator's
-/// rounding; it is typically 3 to 5 times the encoded size, because every label is two
-/// `String`s (48 bytes of headers plus two allocations) where the wire has a few bytes of
-/// framing.
+/// buffers it owns, by capacity (samples, exemplars and their labels, native histograms'
+/// spans and buckets), and its labels: their ranges, and their strings counted as if the
+/// series owned them. The strings are shared by the series of a request (`labels.rs`) and
+/// each byte of them belongs to at least one series, so this is an upper bound of what the
+/// allocations hold, short of the allocator's rounding.
 pub(crate) fn held_bytes(series: &[Series], metadata: &[MetricMetadata]) -> usize {
     fn labels(labels: &[Label], capacity: usize) -> usize {
         capacity * size_of::<Label>()
@@ -177,14 +169,14 @@ pub(crate) fn held_bytes(series: &[Series], metadata: &[MetricMetadata]) -> usiz
     let series_bytes: usize = series
         .iter()
         .map(|s| {
-            let t = &s.series;
             size_of::<Series>()
-                + labels(&t.labels, t.labels.capacity())
-                + t.samples.capacity() * size_of::<super::proto::prompb::Sample>()
-                + t.exemplars.capacity() * size_of::<Exemplar>()
-                + t.exemplars.iter().map(exemplar).sum::<usize>()
-                + t.histograms.capacity() * size_of::<Histogram>()
-                + t.histograms.iter().map(histogram).sum::<usize>()
+                + s.labels.ref_bytes()
+                + s.labels.string_bytes()
+                + s.samples.capacity() * size_of::<super::proto::prompb::Sample>()
+                + s.exemplars.capacity() * size_of::<Exemplar>()
+                + s.exemplars.iter().map(exemplar).sum::<usize>()
+                + s.histograms.capacity() * size_of::<Histogram>()
+                + s.histograms.iter().map(histogram).sum::<usize>()
         })
         .sum();
     let metadata_bytes: usize = metadata
@@ -199,15 +191,6 @@ pub(crate) fn held_bytes(series: &[Series], metadata: &[MetricMetadata]) -> usiz
     series_bytes + metadata_bytes
 }
 
-/// The value of a series' `__name__` label (`""` when it has none).
-fn series_name(series: &TimeSeries) -> &str {
-    series
-        .labels
-        .iter()
-        .find(|l| l.name == "__name__")
-        .map_or("", |l| l.value.as_str())
-}
-
 fn hash_str(s: &str) -> usize {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     s.hash(&mut hasher);
@@ -218,33 +201,18 @@ fn hash_str(s: &str) -> usize {
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::super::proto::prompb::Sample;
-    use super::super::translate::label_hash;
     use super::*;
 
     fn series(name: &str, k: &str, samples: usize) -> Series {
-        Series {
-            series: TimeSeries {
-                labels: vec![
-                    Label {
-                        name: "__name__".to_owned(),
-                        value: name.to_owned(),
-                    },
-                    Label {
-                        name: "k".to_owned(),
-                        value: k.to_owned(),
-                    },
-                ],
-                samples: (0..samples)
-                    .map(|i| Sample {
-                        value: i as f64,
-                        timestamp: i as i64,
-                    })
-                    .collect(),
-                ..Default::default()
-            },
-            points: samples,
-            label_hash: label_hash([("__name__", name), ("k", k)]),
-        }
+        let mut series = Series::new([("__name__", name), ("k", k)]);
+        series.samples = (0..samples)
+            .map(|i| Sample {
+                value: i as f64,
+                timestamp: i as i64,
+            })
+            .collect();
+        series.points = samples;
+        series
     }
 
     /// Scenario: 40 series over 4 shards, each series in two exports, with a budget.
@@ -266,11 +234,7 @@ mod tests {
         assert_eq!(budget.used(), charged);
         assert!(charged > 40 * (size_of::<Series>() + 3 * size_of::<Sample>()));
         assert_eq!(first.iter().map(|g| g.points).sum::<usize>(), 120);
-        let encoded: usize = input()
-            .series
-            .iter()
-            .map(|s| series_encoded_len(&s.series))
-            .sum();
+        let encoded: usize = input().series.iter().map(series_encoded_len).sum();
         assert_eq!(
             first.iter().map(|g| g.encoded_bytes).sum::<usize>(),
             encoded
@@ -281,7 +245,7 @@ mod tests {
             let keys = |g: &ShardBatch| -> Vec<String> {
                 g.series
                     .iter()
-                    .map(|s| s.series.labels[1].value.clone())
+                    .map(|s| s.labels.get("k").unwrap().to_owned())
                     .collect()
             };
             assert_eq!(keys(a), keys(b));

@@ -23,9 +23,10 @@
 //! a receiver silently drops out-of-order samples inside one request.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
 
+use bumpalo::Bump;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -34,6 +35,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
     exponential_histogram_data_point::Buckets, metric::Data, number_data_point,
 };
 
+use super::labels::{LabelBuffer, LabelRef, SeriesLabels};
 use super::proto::prompb::{
     BucketSpan, Exemplar, Histogram, Label, MetricMetadata, Sample, TimeSeries, histogram,
     metric_metadata::MetricType,
@@ -106,12 +108,55 @@ pub struct Options {
 /// equals the data points translated, whichever shard each series goes to.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
-    /// Labels, samples, exemplars and native histograms, in timestamp order.
-    pub series: TimeSeries,
+    /// Labels, sorted by name, unique, never empty; their strings are shared with the other
+    /// series of the request (see `labels.rs`).
+    pub labels: SeriesLabels,
+    /// Float samples, in timestamp order.
+    pub samples: Vec<Sample>,
+    /// Exemplars, in timestamp order.
+    pub exemplars: Vec<Exemplar>,
+    /// Native histograms, in timestamp order.
+    pub histograms: Vec<Histogram>,
     /// Data points accounted for.
     pub points: usize,
-    /// [`label_hash`] of `series.labels`: series are looked up and sharded by it.
+    /// [`label_hash`] of `labels`: series are looked up and sharded by it.
     pub label_hash: u64,
+}
+
+impl Series {
+    /// A series with `labels` (in name order) and nothing else, its hash computed.
+    pub fn new<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)> + Clone) -> Self {
+        Self {
+            label_hash: label_hash(labels.clone()),
+            labels: SeriesLabels::from_pairs(labels),
+            samples: Vec::new(),
+            exemplars: Vec::new(),
+            histograms: Vec::new(),
+            points: 0,
+        }
+    }
+
+    /// The series as a 1.0 `TimeSeries` message, owning copies of its strings.
+    pub fn to_time_series(&self) -> TimeSeries {
+        TimeSeries {
+            labels: self
+                .labels
+                .iter()
+                .map(|(name, value)| Label {
+                    name: name.to_owned(),
+                    value: value.to_owned(),
+                })
+                .collect(),
+            samples: self.samples.clone(),
+            exemplars: self.exemplars.clone(),
+            histograms: self.histograms.clone(),
+        }
+    }
+
+    /// The value of the `__name__` label (`""` when it has none).
+    pub fn name(&self) -> &str {
+        self.labels.get("__name__").unwrap_or_default()
+    }
 }
 
 /// A hash of a series' labels, `(name, value)` in order: the same for the same labels for
@@ -146,10 +191,97 @@ impl Translated {
 /// Translates a decoded request.
 pub fn translate(request: &ExportMetricsServiceRequest, options: &Options) -> Translated {
     let mut out = Builder::default();
+    let bump = Bump::new();
+    let mut scratch = Scratch::new(&bump);
     for resource_metrics in &request.resource_metrics {
-        translate_resource(resource_metrics, options, &mut out);
+        translate_resource(resource_metrics, options, &mut out, &mut scratch);
     }
     out.finish()
+}
+
+/// Where the label strings of data points that the request does not hold as they are
+/// (sanitized names, formatted values, joined collisions) live while the request is
+/// translated: an arena dropped with it, and the sanitized name of each attribute key,
+/// computed once per request rather than once per point.
+struct Scratch<'b> {
+    bump: &'b Bump,
+    names: HashMap<&'b str, Option<&'b str>, foldhash::fast::FixedState>,
+}
+
+impl<'b> Scratch<'b> {
+    fn new(bump: &'b Bump) -> Self {
+        Self {
+            bump,
+            names: HashMap::default(),
+        }
+    }
+
+    /// The label name of attribute key `key` ([`sanitize_label_name`]).
+    fn label_name(&mut self, key: &'b str) -> Option<&'b str> {
+        if let Some(&name) = self.names.get(key) {
+            return name;
+        }
+        let name = if is_plain_label_name(key) {
+            Some(key)
+        } else {
+            sanitize_label_name(key).map(|name| &*self.bump.alloc_str(&name))
+        };
+        self.names.insert(key, name);
+        name
+    }
+
+    /// An attribute value as a label value ([`any_value_string`]), borrowed when it is a
+    /// string.
+    fn label_value(&self, value: Option<&'b AnyValue>) -> &'b str {
+        match value.and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::StringValue(s)) => s,
+            _ => self.bump.alloc_str(&any_value_string(value)),
+        }
+    }
+
+    /// The labels of `attributes`: sorted by name, unique, non-empty, attributes that map to
+    /// the same name joined with `;` in the order of their keys ([`attribute_labels`]).
+    fn attribute_labels(&mut self, attributes: &'b [KeyValue], out: &mut Vec<(&'b str, &'b str)>) {
+        let start = out.len();
+        let mut keys: Vec<(&'b str, &'b str, &'b str)> = Vec::with_capacity(attributes.len());
+        for kv in attributes {
+            let value = self.label_value(kv.value.as_ref());
+            if value.is_empty() {
+                continue;
+            }
+            if let Some(name) = self.label_name(&kv.key) {
+                keys.push((&kv.key, name, value));
+            }
+        }
+        // Stable: attributes with the same key keep their order in the join.
+        keys.sort_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0)));
+        let mut i = 0;
+        while i < keys.len() {
+            let name = keys[i].1;
+            let same = keys[i..].iter().take_while(|k| k.1 == name).count();
+            let value = if same == 1 {
+                keys[i].2
+            } else {
+                let joined: Vec<&str> = keys[i..i + same].iter().map(|k| k.2).collect();
+                self.bump.alloc_str(&joined.join(";"))
+            };
+            out.push((name, value));
+            i += same;
+        }
+        debug_assert!(out[start..].windows(2).all(|w| w[0].0 < w[1].0));
+    }
+}
+
+/// True when `key` is its own label name: ASCII letters, digits and single underscores,
+/// not starting with a digit or an underscore (so neither reserved nor collapsed).
+fn is_plain_label_name(key: &str) -> bool {
+    let bytes = key.as_bytes();
+    !bytes.is_empty()
+        && bytes[0].is_ascii_alphabetic()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        && !key.contains("__")
 }
 
 /// Series under construction, merged by label set.
@@ -157,46 +289,94 @@ pub fn translate(request: &ExportMetricsServiceRequest, options: &Options) -> Tr
 struct Builder {
     /// Where the series with each [`label_hash`] are.
     positions: HashedPositions,
+    /// The label strings of every series made so far.
+    strings: LabelBuffer,
+    /// Per series (same positions as `series`), its labels in `strings`.
+    label_refs: Vec<Box<[LabelRef]>>,
+    /// The series, their `labels` empty until [`Builder::finish`].
     series: Vec<Series>,
+    /// What `series` hold as labels until then (cloned without allocating).
+    no_labels: SeriesLabels,
+    /// Per position of an extra label, the last one stored: the series of one data point,
+    /// and the points of one metric, repeat their `__name__`.
+    last_extra: [Option<LabelRef>; 2],
     metadata: BTreeMap<String, MetricMetadata>,
     dropped: [usize; 2],
 }
 
 impl Builder {
-    /// The series of `labels`, made (its label strings copied) only when it is new.
-    fn entry(&mut self, labels: LabelSet<'_>) -> &mut Series {
+    /// True when the label strings of a data point whose series need at most `bytes` fit
+    /// in the buffer's `u32` ranges. A point that does not fit is refused whole, before any
+    /// of its series is made.
+    fn has_room(&self, bytes: usize) -> bool {
+        self.strings.has_room(bytes)
+    }
+
+    /// The series of `base` with `extra` merged in, made (the labels it needs stored) only
+    /// when it is new. The caller has checked [`Builder::has_room`] for the point.
+    fn entry(&mut self, base: &mut PointLabels<'_>, extra: &[(&str, &str)]) -> &mut Series {
+        let PointLabels { pairs, stored } = base;
+        let labels = LabelSet::new(pairs, extra);
         let hash = label_hash(labels.iter());
+        let (strings, label_refs) = (&self.strings, &self.label_refs);
         let found = self.positions.find(hash, |i| {
-            self.series[i]
-                .series
-                .labels
+            label_refs[i]
                 .iter()
-                .map(|label| (label.name.as_str(), label.value.as_str()))
+                .map(|&(name, value)| (strings.get(name), strings.get(value)))
                 .eq(labels.iter())
         });
         if let Some(i) = found {
             return &mut self.series[i];
         }
         let next = self.positions.push(hash);
-        let mut owned = Vec::with_capacity(labels.base.len() + labels.extra.len());
-        owned.extend(labels.iter().map(|(name, value)| Label {
-            name: name.to_owned(),
-            value: value.to_owned(),
-        }));
+        let mut refs = Vec::with_capacity(pairs.len() + extra.len());
+        for side in labels.sides() {
+            refs.push(match side {
+                Side::Base(i) => *stored[i].get_or_insert_with(|| {
+                    let (name, value) = &pairs[i];
+                    (self.strings.push(name), self.strings.push(value))
+                }),
+                Side::Extra(j) => self.store_extra(j, extra[j]),
+            });
+        }
+        self.label_refs.push(refs.into_boxed_slice());
         self.series.push(Series {
-            series: TimeSeries {
-                labels: owned,
-                ..TimeSeries::default()
-            },
+            labels: self.no_labels.clone(),
+            samples: Vec::new(),
+            exemplars: Vec::new(),
+            histograms: Vec::new(),
             points: 0,
             label_hash: hash,
         });
         &mut self.series[next]
     }
 
-    fn sample(&mut self, labels: LabelSet<'_>, sample: Sample, points: usize) {
-        let entry = self.entry(labels);
-        entry.series.samples.push(sample);
+    /// Stores the extra label at position `j` of a label set, or reuses the last one stored
+    /// there when it is the same.
+    fn store_extra(&mut self, j: usize, (name, value): (&str, &str)) -> LabelRef {
+        let slot = self.last_extra.get(j).copied().flatten();
+        if let Some(last) = slot
+            && self.strings.get(last.0) == name
+            && self.strings.get(last.1) == value
+        {
+            return last;
+        }
+        let stored = (self.strings.push(name), self.strings.push(value));
+        if let Some(slot) = self.last_extra.get_mut(j) {
+            *slot = Some(stored);
+        }
+        stored
+    }
+
+    fn sample(
+        &mut self,
+        base: &mut PointLabels<'_>,
+        extra: &[(&str, &str)],
+        sample: Sample,
+        points: usize,
+    ) {
+        let entry = self.entry(base, extra);
+        entry.samples.push(sample);
         entry.points += points;
     }
 
@@ -205,12 +385,13 @@ impl Builder {
     }
 
     fn finish(self) -> Translated {
+        let strings = self.strings.freeze();
         let mut series = self.series;
-        for s in &mut series {
-            let ts = &mut s.series;
-            sort_keeping_last(&mut ts.samples, |sample| sample.timestamp);
-            sort_keeping_last(&mut ts.histograms, |h| h.timestamp);
-            ts.exemplars.sort_by_key(|e| e.timestamp);
+        for (s, refs) in series.iter_mut().zip(self.label_refs) {
+            s.labels = SeriesLabels::new(strings.clone(), refs);
+            sort_keeping_last(&mut s.samples, |sample| sample.timestamp);
+            sort_keeping_last(&mut s.histograms, |h| h.timestamp);
+            s.exemplars.sort_by_key(|e| e.timestamp);
         }
         Translated {
             series,
@@ -220,58 +401,98 @@ impl Builder {
     }
 }
 
+/// The labels of one data point other than `__name__` and `le` or `quantile` (sorted by
+/// name, unique), and where each is stored once a new series has needed it: the series of
+/// one point share them.
+struct PointLabels<'a> {
+    pairs: Vec<(&'a str, &'a str)>,
+    stored: Vec<Option<LabelRef>>,
+}
+
+impl<'a> PointLabels<'a> {
+    fn new(pairs: Vec<(&'a str, &'a str)>) -> Self {
+        Self {
+            stored: vec![None; pairs.len()],
+            pairs,
+        }
+    }
+
+    /// The most the label strings of a point with `series` series named at most
+    /// `name_bytes` long can take in the buffer: its own labels once, and per series its
+    /// `__name__` and `le` or `quantile` (a formatted float is at most 24 bytes).
+    fn bound(&self, series: usize, name_bytes: usize) -> usize {
+        let own: usize = self.pairs.iter().map(|(n, v)| n.len() + v.len()).sum();
+        own.saturating_add(series.saturating_mul(name_bytes + "__name__quantile".len() + 32))
+    }
+}
+
+/// Which side of a [`LabelSet`] a label comes from.
+#[derive(Clone, Copy)]
+enum Side {
+    Base(usize),
+    Extra(usize),
+}
+
 /// The labels of one series, borrowed: `base` (sorted by name, unique) with `extra` (sorted
 /// by name, unique) merged in, an extra label replacing the base label of the same name.
 /// The series of one data point share their base labels and differ in `__name__` and
 /// `le` or `quantile`, so a series is looked up without copying a string.
 #[derive(Clone, Copy)]
 struct LabelSet<'a> {
-    base: &'a [(String, String)],
+    base: &'a [(&'a str, &'a str)],
     extra: &'a [(&'a str, &'a str)],
 }
 
 impl<'a> LabelSet<'a> {
-    fn new(base: &'a [(String, String)], extra: &'a [(&'a str, &'a str)]) -> Self {
+    fn new(base: &'a [(&'a str, &'a str)], extra: &'a [(&'a str, &'a str)]) -> Self {
         debug_assert!(extra.windows(2).all(|pair| pair[0].0 < pair[1].0));
         Self { base, extra }
     }
 
     /// The labels in name order.
-    fn iter(self) -> MergedLabels<'a> {
-        MergedLabels {
-            base: self.base,
-            extra: self.extra,
+    fn iter(self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.sides().map(move |side| match side {
+            Side::Base(i) => self.base[i],
+            Side::Extra(j) => self.extra[j],
+        })
+    }
+
+    /// Where each label of [`LabelSet::iter`] comes from, in the same order.
+    fn sides(self) -> MergedSides<'a> {
+        MergedSides {
+            set: self,
+            base: 0,
+            extra: 0,
         }
     }
 }
 
-/// The iterator of [`LabelSet::iter`].
-struct MergedLabels<'a> {
-    base: &'a [(String, String)],
-    extra: &'a [(&'a str, &'a str)],
+/// The iterator of [`LabelSet::sides`].
+struct MergedSides<'a> {
+    set: LabelSet<'a>,
+    base: usize,
+    extra: usize,
 }
 
-impl<'a> Iterator for MergedLabels<'a> {
-    type Item = (&'a str, &'a str);
+impl Iterator for MergedSides<'_> {
+    type Item = Side;
 
-    fn next(&mut self) -> Option<Self::Item> {
-        let order = match (self.base.first(), self.extra.first()) {
+    fn next(&mut self) -> Option<Side> {
+        let order = match (self.set.base.get(self.base), self.set.extra.get(self.extra)) {
             (None, None) => return None,
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
-            (Some((name, _)), Some((extra, _))) => name.as_str().cmp(extra),
+            (Some((name, _)), Some((extra, _))) => name.cmp(extra),
         };
         if order == Ordering::Less {
-            let (name, value) = &self.base[0];
-            self.base = &self.base[1..];
-            return Some((name, value));
+            self.base += 1;
+            return Some(Side::Base(self.base - 1));
         }
         if order == Ordering::Equal {
-            self.base = &self.base[1..];
+            self.base += 1;
         }
-        let label = self.extra[0];
-        self.extra = &self.extra[1..];
-        Some(label)
+        self.extra += 1;
+        Some(Side::Extra(self.extra - 1))
     }
 }
 
@@ -283,7 +504,12 @@ struct ResourceContext {
     promoted: BTreeMap<String, String>,
 }
 
-fn translate_resource(rm: &ResourceMetrics, options: &Options, out: &mut Builder) {
+fn translate_resource<'b>(
+    rm: &'b ResourceMetrics,
+    options: &Options,
+    out: &mut Builder,
+    scratch: &mut Scratch<'b>,
+) {
     let attributes: &[KeyValue] = rm
         .resource
         .as_ref()
@@ -350,7 +576,7 @@ fn translate_resource(rm: &ResourceMetrics, options: &Options, out: &mut Builder
             options,
         };
         for metric in &scope_metrics.metrics {
-            if let Some(ms) = scope.metric(metric, out) {
+            if let Some(ms) = scope.metric(metric, out, scratch) {
                 latest_ms = Some(latest_ms.map_or(ms, |l| l.max(ms)));
             }
         }
@@ -380,7 +606,15 @@ fn translate_resource(rm: &ResourceMetrics, options: &Options, out: &mut Builder
                 format!("{}_target_info", clean_namespace(&options.namespace))
             };
             labels.insert("__name__".to_owned(), name.clone());
-            let labels: Vec<(String, String)> = labels.into_iter().collect();
+            let mut labels = PointLabels::new(
+                labels
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_str()))
+                    .collect(),
+            );
+            if !out.has_room(labels.bound(1, 0)) {
+                return;
+            }
             if options.send_metadata {
                 out.metadata.entry(name.clone()).or_insert(MetricMetadata {
                     r#type: MetricType::Gauge as i32,
@@ -390,7 +624,8 @@ fn translate_resource(rm: &ResourceMetrics, options: &Options, out: &mut Builder
                 });
             }
             out.sample(
-                LabelSet::new(&labels, &[]),
+                &mut labels,
+                &[],
                 Sample {
                     value: 1.0,
                     timestamp,
@@ -448,7 +683,12 @@ enum NameKind {
 
 impl ScopeContext<'_> {
     /// Translates one metric; returns the latest timestamp emitted, if any.
-    fn metric(&self, metric: &Metric, out: &mut Builder) -> Option<i64> {
+    fn metric<'b>(
+        &self,
+        metric: &'b Metric,
+        out: &mut Builder,
+        scratch: &mut Scratch<'b>,
+    ) -> Option<i64> {
         let Some(data) = &metric.data else {
             // No data: nothing to count.
             return None;
@@ -503,57 +743,95 @@ impl ScopeContext<'_> {
         match data {
             Data::Gauge(g) => {
                 for p in &g.data_points {
-                    if let Some(ms) = self.number(&name, p, false, out) {
+                    if let Some(ms) = self.number(&name, p, false, out, scratch) {
                         seen(ms);
                     }
                 }
             }
             Data::Sum(s) => {
                 for p in &s.data_points {
-                    if let Some(ms) = self.number(&name, p, s.is_monotonic, out) {
+                    if let Some(ms) = self.number(&name, p, s.is_monotonic, out, scratch) {
                         seen(ms);
                     }
                 }
             }
             Data::Histogram(h) => {
+                let names = FamilyNames::new(&name);
+                let mut bounds = BoundLabels::default();
                 for p in &h.data_points {
-                    seen(self.histogram(&name, p, out));
+                    if let Some(ms) = self.histogram(&names, &mut bounds, p, out, scratch) {
+                        seen(ms);
+                    }
                 }
             }
             Data::ExponentialHistogram(h) => {
                 for p in &h.data_points {
-                    if let Some(ms) = self.exponential(&name, p, out) {
+                    if let Some(ms) = self.exponential(&name, p, out, scratch) {
                         seen(ms);
                     }
                 }
             }
             Data::Summary(s) => {
+                let names = FamilyNames::new(&name);
                 for p in &s.data_points {
-                    seen(self.summary(&name, p, out));
+                    if let Some(ms) = self.summary(&names, p, out, scratch) {
+                        seen(ms);
+                    }
                 }
             }
         }
         latest
     }
 
-    /// The labels of one data point, without `__name__`, sorted by name.
-    fn labels(&self, attributes: &[KeyValue]) -> Vec<(String, String)> {
-        let mut labels = attribute_labels(attributes);
-        add_absent(&mut labels, &self.resource.promoted);
-        set_identity(&mut labels, self.resource);
-        add_absent(&mut labels, &self.options.external_labels);
-        for (name, value) in &self.labels {
-            labels.insert(name.clone(), value.clone());
+    /// The labels of one data point, without `__name__`, sorted by name: its attributes',
+    /// over the promoted resource attributes; `job` and `instance` over both; external
+    /// labels where none of these is; the scope's over all.
+    fn labels<'p, 'b: 'p>(
+        &'p self,
+        attributes: &'b [KeyValue],
+        scratch: &mut Scratch<'b>,
+    ) -> PointLabels<'p> {
+        // (name, value, rank): of one name, the lowest rank wins.
+        const SCOPE: u8 = 0;
+        const IDENTITY: u8 = 1;
+        const ATTRIBUTE: u8 = 2;
+        const PROMOTED: u8 = 3;
+        const EXTERNAL: u8 = 4;
+        let mut own: Vec<(&'b str, &'b str)> = Vec::with_capacity(attributes.len());
+        scratch.attribute_labels(attributes, &mut own);
+        let resource = self.resource;
+        let mut ranked: Vec<(&'p str, &'p str, u8)> = Vec::with_capacity(
+            own.len()
+                + resource.promoted.len()
+                + 2
+                + self.options.external_labels.len()
+                + self.labels.len(),
+        );
+        ranked.extend(own.into_iter().map(|(n, v)| (n, v, ATTRIBUTE)));
+        let owned = |map: &'p BTreeMap<String, String>, rank: u8| {
+            map.iter().map(move |(n, v)| (n.as_str(), v.as_str(), rank))
+        };
+        ranked.extend(owned(&resource.promoted, PROMOTED));
+        if let Some(job) = &resource.job {
+            ranked.push(("job", job, IDENTITY));
         }
-        labels.into_iter().collect()
+        if let Some(instance) = &resource.instance {
+            ranked.push(("instance", instance, IDENTITY));
+        }
+        ranked.extend(owned(&self.options.external_labels, EXTERNAL));
+        ranked.extend(owned(&self.labels, SCOPE));
+        ranked.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.2.cmp(&b.2)));
+        ranked.dedup_by(|later, earlier| later.0 == earlier.0);
+        PointLabels::new(ranked.into_iter().map(|(n, v, _)| (n, v)).collect())
     }
 
-    fn number(
+    fn number<'b>(
         &self,
         name: &str,
-        p: &NumberDataPoint,
+        p: &'b NumberDataPoint,
         exemplars: bool,
         out: &mut Builder,
+        scratch: &mut Scratch<'b>,
     ) -> Option<i64> {
         let value = match p.value {
             _ if p.flags & FLAG_NO_RECORDED_VALUE != 0 => stale_nan(),
@@ -565,28 +843,42 @@ impl ScopeContext<'_> {
             }
         };
         let timestamp = millis(p.time_unix_nano);
-        let base = self.labels(&p.attributes);
-        let entry = out.entry(LabelSet::new(&base, &[("__name__", name)]));
-        entry.series.samples.push(Sample { value, timestamp });
+        let mut base = self.labels(&p.attributes, scratch);
+        if !out.has_room(base.bound(1, name.len())) {
+            out.drop_points(DropReason::Invalid, 1);
+            return None;
+        }
+        let entry = out.entry(&mut base, &[("__name__", name)]);
+        entry.samples.push(Sample { value, timestamp });
         entry.points += 1;
         if exemplars {
             entry
-                .series
                 .exemplars
                 .extend(p.exemplars.iter().map(convert_exemplar));
         }
         Some(timestamp)
     }
 
-    fn histogram(&self, name: &str, p: &HistogramDataPoint, out: &mut Builder) -> i64 {
+    fn histogram<'b>(
+        &self,
+        names: &FamilyNames,
+        bounds: &mut BoundLabels,
+        p: &'b HistogramDataPoint,
+        out: &mut Builder,
+        scratch: &mut Scratch<'b>,
+    ) -> Option<i64> {
         let timestamp = millis(p.time_unix_nano);
         let stale = p.flags & FLAG_NO_RECORDED_VALUE != 0;
         let value = |v: f64| if stale { stale_nan() } else { v };
-        let base = self.labels(&p.attributes);
-        let (count_name, bucket_name) = (format!("{name}_count"), format!("{name}_bucket"));
+        let mut base = self.labels(&p.attributes, scratch);
+        if !out.has_room(base.bound(p.explicit_bounds.len() + 3, names.longest())) {
+            out.drop_points(DropReason::Invalid, 1);
+            return None;
+        }
         // The data point is accounted for by its `_count` series.
         out.sample(
-            LabelSet::new(&base, &[("__name__", &count_name)]),
+            &mut base,
+            &[("__name__", &names.count)],
             Sample {
                 value: value(p.count as f64),
                 timestamp,
@@ -595,7 +887,8 @@ impl ScopeContext<'_> {
         );
         if let Some(sum) = p.sum {
             out.sample(
-                LabelSet::new(&base, &[("__name__", &format!("{name}_sum"))]),
+                &mut base,
+                &[("__name__", &names.sum)],
                 Sample {
                     value: value(sum),
                     timestamp,
@@ -612,50 +905,55 @@ impl ScopeContext<'_> {
             })
             .collect();
         let mut cumulative: u64 = 0;
-        for (i, bound) in p.explicit_bounds.iter().enumerate() {
+        for (i, (bound, le)) in p
+            .explicit_bounds
+            .iter()
+            .zip(bounds.formatted(&p.explicit_bounds))
+            .enumerate()
+        {
             // Fewer counts than bounds + 1 is malformed; missing counts read as 0.
             cumulative = cumulative.saturating_add(p.bucket_counts.get(i).copied().unwrap_or(0));
-            let le = format_float(*bound);
-            let entry = out.entry(LabelSet::new(
-                &base,
-                &[("__name__", &bucket_name), ("le", &le)],
-            ));
-            entry.series.samples.push(Sample {
+            let entry = out.entry(&mut base, &[("__name__", &names.bucket), ("le", le)]);
+            entry.samples.push(Sample {
                 value: value(cumulative as f64),
                 timestamp,
             });
             if !exemplars.is_empty() {
                 let (mine, rest): (Vec<_>, Vec<_>) =
                     exemplars.into_iter().partition(|(v, _)| v <= bound);
-                entry
-                    .series
-                    .exemplars
-                    .extend(mine.into_iter().map(|(_, e)| e));
+                entry.exemplars.extend(mine.into_iter().map(|(_, e)| e));
                 exemplars = rest;
             }
         }
-        let entry = out.entry(LabelSet::new(
-            &base,
-            &[("__name__", &bucket_name), ("le", "+Inf")],
-        ));
-        entry.series.samples.push(Sample {
+        let entry = out.entry(&mut base, &[("__name__", &names.bucket), ("le", "+Inf")]);
+        entry.samples.push(Sample {
             value: value(p.count as f64),
             timestamp,
         });
         entry
-            .series
             .exemplars
             .extend(exemplars.into_iter().map(|(_, e)| e));
-        timestamp
+        Some(timestamp)
     }
 
-    fn summary(&self, name: &str, p: &SummaryDataPoint, out: &mut Builder) -> i64 {
+    fn summary<'b>(
+        &self,
+        names: &FamilyNames,
+        p: &'b SummaryDataPoint,
+        out: &mut Builder,
+        scratch: &mut Scratch<'b>,
+    ) -> Option<i64> {
         let timestamp = millis(p.time_unix_nano);
         let stale = p.flags & FLAG_NO_RECORDED_VALUE != 0;
         let value = |v: f64| if stale { stale_nan() } else { v };
-        let base = self.labels(&p.attributes);
+        let mut base = self.labels(&p.attributes, scratch);
+        if !out.has_room(base.bound(p.quantile_values.len() + 2, names.longest())) {
+            out.drop_points(DropReason::Invalid, 1);
+            return None;
+        }
         out.sample(
-            LabelSet::new(&base, &[("__name__", &format!("{name}_count"))]),
+            &mut base,
+            &[("__name__", &names.count)],
             Sample {
                 value: value(p.count as f64),
                 timestamp,
@@ -663,7 +961,8 @@ impl ScopeContext<'_> {
             1,
         );
         out.sample(
-            LabelSet::new(&base, &[("__name__", &format!("{name}_sum"))]),
+            &mut base,
+            &[("__name__", &names.sum)],
             Sample {
                 value: value(p.sum),
                 timestamp,
@@ -672,10 +971,11 @@ impl ScopeContext<'_> {
         );
         for q in &p.quantile_values {
             out.sample(
-                LabelSet::new(
-                    &base,
-                    &[("__name__", name), ("quantile", &format_float(q.quantile))],
-                ),
+                &mut base,
+                &[
+                    ("__name__", &names.family),
+                    ("quantile", &format_float(q.quantile)),
+                ],
                 Sample {
                     value: value(q.value),
                     timestamp,
@@ -683,29 +983,82 @@ impl ScopeContext<'_> {
                 0,
             );
         }
-        timestamp
+        Some(timestamp)
     }
 
-    fn exponential(
+    fn exponential<'b>(
         &self,
         name: &str,
-        p: &ExponentialHistogramDataPoint,
+        p: &'b ExponentialHistogramDataPoint,
         out: &mut Builder,
+        scratch: &mut Scratch<'b>,
     ) -> Option<i64> {
         let Some(histogram) = native_histogram(p) else {
             out.drop_points(DropReason::Invalid, 1);
             return None;
         };
         let timestamp = histogram.timestamp;
-        let base = self.labels(&p.attributes);
-        let entry = out.entry(LabelSet::new(&base, &[("__name__", name)]));
-        entry.series.histograms.push(histogram);
+        let mut base = self.labels(&p.attributes, scratch);
+        if !out.has_room(base.bound(1, name.len())) {
+            out.drop_points(DropReason::Invalid, 1);
+            return None;
+        }
+        let entry = out.entry(&mut base, &[("__name__", name)]);
+        entry.histograms.push(histogram);
         entry
-            .series
             .exemplars
             .extend(p.exemplars.iter().map(convert_exemplar));
         entry.points += 1;
         Some(timestamp)
+    }
+}
+
+/// The `__name__` values of a histogram's or summary's series, made once per metric.
+struct FamilyNames {
+    family: String,
+    count: String,
+    sum: String,
+    bucket: String,
+}
+
+impl FamilyNames {
+    fn new(family: &str) -> Self {
+        Self {
+            family: family.to_owned(),
+            count: format!("{family}_count"),
+            sum: format!("{family}_sum"),
+            bucket: format!("{family}_bucket"),
+        }
+    }
+
+    /// The length of the longest name.
+    fn longest(&self) -> usize {
+        self.bucket.len().max(self.count.len())
+    }
+}
+
+/// The `le` values of the last explicit bounds formatted: the points of one histogram
+/// metric almost always share their bounds, so they are formatted once per metric.
+#[derive(Default)]
+struct BoundLabels {
+    bounds: Vec<f64>,
+    formatted: Vec<String>,
+}
+
+impl BoundLabels {
+    /// `bounds` formatted as `le` values.
+    fn formatted(&mut self, bounds: &[f64]) -> &[String] {
+        let same = self.bounds.len() == bounds.len()
+            && self
+                .bounds
+                .iter()
+                .zip(bounds)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        if !same {
+            self.bounds = bounds.to_vec();
+            self.formatted = bounds.iter().map(|b| format_float(*b)).collect();
+        }
+        &self.formatted
     }
 }
 

@@ -1,6 +1,6 @@
 //! Remote-write 2.0 encoding: the translated 1.0 series as one `io.prometheus.write.v2.Request`.
 //!
-//! Translation (`translate.rs`) produces 1.0 `prompb` series; this module re-expresses a
+//! Translation (`translate.rs`) produces series in 1.0 terms; this module re-expresses a
 //! request's worth of them with the 2.0 message, so that both protocols carry exactly the
 //! same label sets, samples, histograms and exemplars, and a request refused as 2.0 can be
 //! sent again as 1.0:
@@ -20,6 +20,7 @@ use super::proto::prompb::{self, MetricMetadata, metric_metadata::MetricType};
 use super::proto::writev2::{
     BucketSpan, Exemplar, Histogram, Metadata, Request, Sample, TimeSeries, histogram,
 };
+use super::translate::Series;
 
 /// Metadata of the metric families of a batch, by family name.
 #[derive(Debug, Default)]
@@ -99,11 +100,14 @@ impl Symbols {
         i
     }
 
-    fn labels(&mut self, labels: &[prompb::Label]) -> Vec<u32> {
+    fn labels<'a>(
+        &mut self,
+        labels: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    ) -> Vec<u32> {
         let mut refs = Vec::with_capacity(labels.len() * 2);
-        for label in labels {
-            refs.push(self.put(&label.name));
-            refs.push(self.put(&label.value));
+        for (name, value) in labels {
+            refs.push(self.put(name));
+            refs.push(self.put(value));
         }
         refs
     }
@@ -111,17 +115,13 @@ impl Symbols {
 
 /// Encodes `series` (with their families' `metadata`) as one 2.0 request, and counts what
 /// it carries.
-pub(crate) fn encode(series: &[prompb::TimeSeries], families: &Families<'_>) -> (Request, Counts) {
+pub(crate) fn encode(series: &[Series], families: &Families<'_>) -> (Request, Counts) {
     let mut symbols = Symbols::new();
     let mut counts = Counts::default();
     let mut out = Vec::with_capacity(series.len());
     for s in series {
-        let labels_refs = symbols.labels(&s.labels);
-        let name = s
-            .labels
-            .iter()
-            .find(|l| l.name == "__name__")
-            .map_or("", |l| l.value.as_str());
+        let labels_refs = symbols.labels(s.labels.iter());
+        let name = s.name();
         let metadata = match families.lookup(name) {
             Some(m) => Metadata {
                 // The two enums share their numbers.
@@ -141,7 +141,8 @@ pub(crate) fn encode(series: &[prompb::TimeSeries], families: &Families<'_>) -> 
             .exemplars
             .iter()
             .map(|e| Exemplar {
-                labels_refs: symbols.labels(&e.labels),
+                labels_refs: symbols
+                    .labels(e.labels.iter().map(|l| (l.name.as_str(), l.value.as_str()))),
                 value: e.value,
                 timestamp: if e.timestamp == 0 {
                     first_timestamp
@@ -263,6 +264,19 @@ mod tests {
             .collect()
     }
 
+    /// `ts` as a translated series.
+    fn series_of(ts: &prompb::TimeSeries) -> Series {
+        let mut series = Series::new(
+            ts.labels
+                .iter()
+                .map(|l| (l.name.as_str(), l.value.as_str())),
+        );
+        series.samples = ts.samples.clone();
+        series.exemplars = ts.exemplars.clone();
+        series.histograms = ts.histograms.clone();
+        series
+    }
+
     /// A series of `labels` with one sample, `value` at `timestamp`.
     fn one_sample(pairs: &[(&str, &str)], value: f64, timestamp: i64) -> prompb::TimeSeries {
         prompb::TimeSeries {
@@ -345,7 +359,8 @@ mod tests {
         ];
         let families = Families::new(&metadata);
         let input = [counter, bucket, count, mixed, unknown];
-        let (request, counts) = encode(&input, &families);
+        let translated: Vec<Series> = input.iter().map(series_of).collect();
+        let (request, counts) = encode(&translated, &families);
 
         assert_eq!(request.symbols[0], "");
         let mut unique = request.symbols.clone();

@@ -83,29 +83,22 @@ fn gauge(points: Vec<NumberDataPoint>) -> Data {
 }
 
 /// `name{labels}` of a series, labels in order, for assertions.
-fn render(series: &TimeSeries) -> String {
-    let name = series
-        .labels
-        .iter()
-        .find(|l| l.name == "__name__")
-        .map(|l| l.value.clone())
-        .unwrap_or_default();
+fn render(series: &Series) -> String {
     let labels: Vec<String> = series
         .labels
         .iter()
-        .filter(|l| l.name != "__name__")
-        .map(|l| format!("{}={:?}", l.name, l.value))
+        .filter(|(name, _)| *name != "__name__")
+        .map(|(name, value)| format!("{name}={value:?}"))
         .collect();
-    format!("{name}{{{}}}", labels.join(","))
+    format!("{}{{{}}}", series.name(), labels.join(","))
 }
 
-fn find<'a>(t: &'a Translated, rendered: &str) -> &'a TimeSeries {
+fn find<'a>(t: &'a Translated, rendered: &str) -> &'a Series {
     t.series
         .iter()
-        .map(|s| &s.series)
         .find(|s| render(s) == rendered)
         .unwrap_or_else(|| {
-            let all: Vec<String> = t.series.iter().map(|s| render(&s.series)).collect();
+            let all: Vec<String> = t.series.iter().map(render).collect();
             panic!("no series {rendered}; have {all:#?}")
         })
 }
@@ -129,7 +122,7 @@ fn assert_sum_and_count(
     assert_values(t, &format!("{family}_count{{{labels}}}"), &[(ms, count)]);
 }
 
-fn values(series: &TimeSeries) -> Vec<(i64, f64)> {
+fn values(series: &Series) -> Vec<(i64, f64)> {
     series
         .samples
         .iter()
@@ -360,12 +353,12 @@ fn number_types_and_identity() {
     assert_eq!(t.dropped[DropReason::DeltaTemporality.index()], 2);
     assert_eq!(t.points(), 3);
     for s in &t.series {
-        let names: Vec<&str> = s.series.labels.iter().map(|l| l.name.as_str()).collect();
+        let names: Vec<&str> = s.labels.iter().map(|(name, _)| name).collect();
         let mut sorted = names.clone();
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(names, sorted, "sorted and unique");
-        assert!(s.series.labels.iter().all(|l| !l.value.is_empty()));
+        assert!(s.labels.iter().all(|(_, value)| !value.is_empty()));
     }
 }
 
@@ -437,7 +430,7 @@ fn histogram_buckets() {
     assert!(
         t.series
             .iter()
-            .all(|s| render(&s.series) != format!("nosum_sum{{{scope}}}"))
+            .all(|s| render(s) != format!("nosum_sum{{{scope}}}"))
     );
     assert_eq!(t.points(), 2);
     assert_eq!(format_float(0.005), "0.005");
@@ -509,13 +502,8 @@ fn no_recorded_value_is_stale_nan() {
     );
     assert_eq!(t.series.len(), 5);
     for s in &t.series {
-        for sample in &s.series.samples {
-            assert_eq!(
-                sample.value.to_bits(),
-                STALE_NAN_BITS,
-                "{}",
-                render(&s.series)
-            );
+        for sample in &s.samples {
+            assert_eq!(sample.value.to_bits(), STALE_NAN_BITS, "{}", render(s));
         }
     }
 }
@@ -549,7 +537,7 @@ fn target_info_per_resource() {
     assert!(
         bare.series
             .iter()
-            .all(|s| !render(&s.series).starts_with("target_info"))
+            .all(|s| !render(s).starts_with("target_info"))
     );
     let mut off = options();
     off.target_info = false;
@@ -557,7 +545,7 @@ fn target_info_per_resource() {
     assert!(
         t.series
             .iter()
-            .all(|s| !render(&s.series).starts_with("target_info"))
+            .all(|s| !render(s).starts_with("target_info"))
     );
 }
 
@@ -580,7 +568,7 @@ fn samples_merged_sorted_deduplicated() {
     );
     assert_eq!(t.series.len(), 1);
     assert_eq!(
-        values(&t.series[0].series),
+        values(&t.series[0]),
         vec![(1000, 1.0), (2000, 2.5), (3000, 3.0)]
     );
     assert_eq!(t.points(), 4);
@@ -606,7 +594,7 @@ fn exemplars_carry_trace_ids() {
         ),
         &options(),
     );
-    let e = &t.series[0].series.exemplars[0];
+    let e = &t.series[0].exemplars[0];
     let labels: Vec<(&str, &str)> = e
         .labels
         .iter()
@@ -707,5 +695,69 @@ fn attribute_values_as_strings() {
             any_value_string(Some(&AnyValue { value: Some(value) })),
             expected
         );
+    }
+}
+
+/// Scenario: attribute sets with duplicate keys, keys that sanitize to one name (`a.b`,
+/// `a_b`, `a-b`), empty and non-string values, reserved, digit-first, unicode and
+/// underscore-only keys, read through the per-request scratch (its name cache warm on the
+/// second pass).
+/// Guarantees: the labels are exactly those of `attribute_labels`, the owned reference
+/// (same names, same joins in key order, same values).
+#[test]
+fn scratch_attribute_labels_match_the_reference() {
+    use any_value::Value as V;
+    let int = |key: &str, i: i64| KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(V::IntValue(i)),
+        }),
+        ..KeyValue::default()
+    };
+    let sets: Vec<Vec<KeyValue>> = vec![
+        vec![
+            kv("span.name", "GET /"),
+            kv("span.kind", "SERVER"),
+            int("status.code", 2),
+        ],
+        vec![
+            kv("a.b", "1"),
+            kv("a_b", "2"),
+            kv("a-b", "3"),
+            kv("a.b", "4"),
+        ],
+        vec![
+            kv("k", "2"),
+            kv("k", "1"),
+            kv("empty", ""),
+            kv("", "no name"),
+        ],
+        vec![
+            kv("__reserved__", "r"),
+            kv("__a__b__", "x"),
+            kv("9lives", "cat"),
+        ],
+        vec![
+            kv("ünïcode", "u"),
+            kv("___", "only underscores"),
+            kv("plain_name", "p"),
+        ],
+        vec![int("n", -7), kv("n", "seven"), kv("N", "upper")],
+        vec![],
+    ];
+    let bump = Bump::new();
+    let mut scratch = Scratch::new(&bump);
+    for _ in 0..2 {
+        for attributes in &sets {
+            let mut got = Vec::new();
+            scratch.attribute_labels(attributes, &mut got);
+            let expected: Vec<(String, String)> =
+                attribute_labels(attributes).into_iter().collect();
+            let got: Vec<(String, String)> = got
+                .into_iter()
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect();
+            assert_eq!(got, expected, "{attributes:?}");
+        }
     }
 }
