@@ -24,7 +24,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 
 use bumpalo::Bump;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -159,15 +159,22 @@ impl Series {
     }
 }
 
-/// A hash of a series' labels, `(name, value)` in order: the same for the same labels for
-/// the process's life (and across processes of one build), so that a series always goes
-/// to the same shard.
+/// A hash of a series' labels: the same for the same labels for the process's life (and
+/// across processes of one build), so that a series always goes to the same shard.
+///
+/// It is the wrapping sum of each label's [`pair_hash`]: a series' labels are unique by
+/// name and sorted, so the sum is as canonical as a hash over the sequence, and the series
+/// of one data point, which share all labels but one or two, are hashed by adding their
+/// own labels to the point's sum instead of hashing every string again.
 pub fn label_hash<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)>) -> u64 {
-    let mut hasher = foldhash::fast::FixedState::default().build_hasher();
-    for label in labels {
-        label.hash(&mut hasher);
-    }
-    hasher.finish()
+    labels.into_iter().fold(0, |sum, (name, value)| {
+        sum.wrapping_add(pair_hash(name, value))
+    })
+}
+
+/// The hash of one label.
+fn pair_hash(name: &str, value: &str) -> u64 {
+    foldhash::fast::FixedState::default().hash_one((name, value))
 }
 
 /// The result of translating one request.
@@ -315,9 +322,21 @@ impl Builder {
     /// The series of `base` with `extra` merged in, made (the labels it needs stored) only
     /// when it is new. The caller has checked [`Builder::has_room`] for the point.
     fn entry(&mut self, base: &mut PointLabels<'_>, extra: &[(&str, &str)]) -> &mut Series {
-        let PointLabels { pairs, stored } = base;
+        let PointLabels {
+            pairs,
+            stored,
+            hashes,
+            hash_sum,
+        } = base;
         let labels = LabelSet::new(pairs, extra);
-        let hash = label_hash(labels.iter());
+        let mut hash = *hash_sum;
+        for &(name, value) in extra {
+            hash = hash.wrapping_add(pair_hash(name, value));
+            if let Ok(replaced) = pairs.binary_search_by(|(base_name, _)| (*base_name).cmp(name)) {
+                hash = hash.wrapping_sub(hashes[replaced]);
+            }
+        }
+        debug_assert_eq!(hash, label_hash(labels.iter()));
         let (strings, label_refs) = (&self.strings, &self.label_refs);
         let found = self.positions.find(hash, |i| {
             label_refs[i]
@@ -407,12 +426,18 @@ impl Builder {
 struct PointLabels<'a> {
     pairs: Vec<(&'a str, &'a str)>,
     stored: Vec<Option<LabelRef>>,
+    /// [`pair_hash`] of each label, and their wrapping sum.
+    hashes: Vec<u64>,
+    hash_sum: u64,
 }
 
 impl<'a> PointLabels<'a> {
     fn new(pairs: Vec<(&'a str, &'a str)>) -> Self {
+        let hashes: Vec<u64> = pairs.iter().map(|&(n, v)| pair_hash(n, v)).collect();
         Self {
             stored: vec![None; pairs.len()],
+            hash_sum: hashes.iter().fold(0, |sum, h| sum.wrapping_add(*h)),
+            hashes,
             pairs,
         }
     }
