@@ -51,6 +51,7 @@ mod json;
 mod metrics;
 mod skim;
 mod utf8;
+mod varint;
 mod wire;
 
 #[cfg(test)]
@@ -79,6 +80,7 @@ pub use json::{
 pub use metrics::{MetricsError, count_data_points, decode_metrics_request, metric_points};
 pub use skim::{parse_validated_traces_request, skim_traces_request};
 pub use utf8::{CorrectedRequest, correct_metrics_utf8, correct_traces_utf8};
+pub(crate) use varint::put_varint;
 pub use wire::{
     ResourceSpansView, ScopeSpansView, SpanId, SpanView, TraceId, WireError, WireErrorKind,
     count_spans, parse_traces_request,

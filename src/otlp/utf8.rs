@@ -16,6 +16,7 @@
 
 use bytes::Bytes;
 
+use super::put_varint;
 use super::wire::{self, InvalidString, WireError};
 
 /// A request whose invalid UTF-8 strings were corrected.
@@ -208,14 +209,6 @@ fn varint(buf: &[u8], pos: &mut usize) -> u64 {
         }
     }
     value
-}
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
 }
 
 /// Moves `*pos` past the field whose key (of `wire_type`) was just read; groups nested

@@ -8,6 +8,7 @@ use prost::encoding::{encoded_len_varint, key_len, message};
 
 use super::proto::prompb::{MetricMetadata, Sample};
 use super::translate::Series;
+use crate::otlp::put_varint;
 
 /// `WriteRequest.timeseries`.
 const TIMESERIES: u32 = 1;
@@ -30,16 +31,6 @@ const fn len_key(field: u32) -> u8 {
     (field << 3 | 2) as u8
 }
 
-/// Appends `value` as a varint: prost's `encode_varint` without its generic `BufMut` calls,
-/// which cost more than the few bytes they write (a request is mostly small varints).
-fn put_varint(mut value: u64, buf: &mut Vec<u8>) {
-    while value >= 0x80 {
-        buf.push(value as u8 | 0x80);
-        value >>= 7;
-    }
-    buf.push(value as u8);
-}
-
 /// The encoded length of a proto3 string field (nothing when empty).
 fn string_field_len(tag: u32, s: &str) -> usize {
     if s.is_empty() {
@@ -52,7 +43,7 @@ fn string_field_len(tag: u32, s: &str) -> usize {
 fn encode_string_field(tag: u32, s: &str, buf: &mut Vec<u8>) {
     if !s.is_empty() {
         buf.push(len_key(tag));
-        put_varint(s.len() as u64, buf);
+        put_varint(buf, s.len() as u64);
         buf.extend_from_slice(s.as_bytes());
     }
 }
@@ -81,7 +72,7 @@ fn encode_sample(sample: &Sample, buf: &mut Vec<u8>) {
     }
     if sample.timestamp != 0 {
         buf.push(SAMPLE_TIMESTAMP_KEY);
-        put_varint(sample.timestamp as u64, buf);
+        put_varint(buf, sample.timestamp as u64);
     }
 }
 
@@ -132,10 +123,10 @@ pub fn encode(series: &[Series], metadata: &[MetricMetadata]) -> Vec<u8> {
     let mut buf = Vec::with_capacity(len);
     for (s, body) in series.iter().zip(bodies) {
         buf.push(len_key(TIMESERIES));
-        put_varint(body as u64, &mut buf);
+        put_varint(&mut buf, body as u64);
         for (name, value) in s.labels.iter() {
             buf.push(len_key(LABELS));
-            put_varint(label_len(name, value) as u64, &mut buf);
+            put_varint(&mut buf, label_len(name, value) as u64);
             encode_string_field(NAME, name, &mut buf);
             encode_string_field(VALUE, value, &mut buf);
         }

@@ -14,6 +14,8 @@
 
 use bumpalo::Bump;
 
+use crate::otlp::put_varint;
+
 use super::doc::{Doc, Member, Node, fields};
 use super::path::{Names, P, R, names};
 use super::scalar::{
@@ -124,12 +126,8 @@ struct Writer<'d, 'a> {
 impl<'d, 'a> Writer<'d, 'a> {
     // --- wire format -------------------------------------------------------------------
 
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.out.push(v as u8);
+    fn varint(&mut self, v: u64) {
+        put_varint(&mut self.out, v);
     }
 
     fn key(&mut self, tag: u32, wire_type: u32) {
