@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::cache::{DecisionCache, KeptDecision};
+use super::cache::{DecisionCache, KeptDecision, TraceIdHasher, trace_id_hasher};
 use super::metrics::EarlyReason;
 use super::policy::TraceFacts;
 use crate::otlp::TraceId;
@@ -153,7 +153,7 @@ impl PendingTrace {
 /// One shard of the buffer: the traces whose id hashes to it.
 pub struct Shard {
     /// Pending traces by id.
-    pub traces: HashMap<TraceId, PendingTrace>,
+    pub traces: HashMap<TraceId, PendingTrace, TraceIdHasher>,
     /// `(deadline, trace id)` of every pending trace, earliest first.
     pub deadlines: BTreeSet<(Instant, TraceId)>,
     /// Decisions of traces that have left the shard.
@@ -168,7 +168,7 @@ impl Shard {
     /// An empty shard with caches of the given capacities.
     pub fn new(kept_cache: usize, not_kept_cache: usize) -> Self {
         Self {
-            traces: HashMap::new(),
+            traces: HashMap::with_hasher(trace_id_hasher()),
             deadlines: BTreeSet::new(),
             cache: DecisionCache::new(kept_cache, not_kept_cache),
             bytes: 0,

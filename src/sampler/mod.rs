@@ -58,7 +58,7 @@ pub use metrics::{EarlyReason, SamplerMetricFamilies, SamplerMetrics, SpanOutcom
 
 use std::collections::VecDeque;
 use std::collections::hash_map::Entry;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -68,7 +68,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use self::buffer::{Origin, PendingTrace, Shard};
-use self::cache::{Cached, KeptDecision};
+use self::cache::{Cached, KeptDecision, TraceIdHasher};
 use self::hand_off::HandOffLink;
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
 use self::threshold::Threshold;
@@ -148,7 +148,9 @@ pub struct TailSampler {
     settings: SamplerSettings,
     policies: PolicySet,
     shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    /// Chooses a trace's shard (keyed apart from the shards' maps, so that the traces of
+    /// one shard do not share their map's bucket bits).
+    hasher: TraceIdHasher,
     traces_held: AtomicUsize,
     /// Spans of pending traces.
     pending_spans: AtomicUsize,
@@ -301,7 +303,7 @@ impl TailSampler {
             settings,
             policies,
             shards,
-            hasher: RandomState::new(),
+            hasher: cache::trace_id_hasher(),
             traces_held: AtomicUsize::new(0),
             pending_spans: AtomicUsize::new(0),
             pending_bytes: AtomicUsize::new(0),
