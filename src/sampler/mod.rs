@@ -67,7 +67,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use self::buffer::{Origin, PendingTrace, Shard};
+use self::buffer::{DeadlineKind, Origin, PendingTrace, Shard};
 use self::cache::{Cached, KeptDecision, TraceIdHasher};
 use self::hand_off::HandOffLink;
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
@@ -614,7 +614,7 @@ impl TailSampler {
             match shard.traces.get_mut(&record.trace_id) {
                 Some(trace) => {
                     trace.imposed = Some(kept);
-                    shard.reschedule(record.trace_id, now);
+                    shard.reschedule(record.trace_id, now, DeadlineKind::Now);
                     due += 1;
                 }
                 None => shard.cache.insert_kept(record.trace_id, kept),
@@ -693,7 +693,9 @@ impl TailSampler {
                     None => {}
                 }
                 let deadline = now + self.settings.decision_wait;
-                shard.deadlines.insert((deadline, trace_id));
+                shard
+                    .deadlines
+                    .push(DeadlineKind::FirstSpan, deadline, trace_id);
                 self.traces_held.fetch_add(1, Ordering::Relaxed);
                 self.metrics.new_trace_id_received.inc();
                 vacant.insert(PendingTrace::new(
@@ -709,7 +711,7 @@ impl TailSampler {
         );
         // The earliest deadline asked for by a root span or an oversized trace; deadlines
         // only ever move earlier here.
-        let mut earlier: Option<Instant> = None;
+        let mut earlier: Option<(Instant, DeadlineKind)> = None;
         for arrival in spans {
             let span = arrival.span;
             self.policies
@@ -719,8 +721,8 @@ impl TailSampler {
                 entry.root_seen = true;
                 if let Some(wait) = self.settings.decision_wait_after_root {
                     let due = not_before.map_or(now + wait, |at| at.max(now + wait));
-                    if due < earlier.unwrap_or(entry.deadline) {
-                        earlier = Some(due);
+                    if due < earlier.map_or(entry.deadline, |(at, _)| at) {
+                        earlier = Some((due, DeadlineKind::Root));
                     }
                 }
             }
@@ -731,7 +733,7 @@ impl TailSampler {
             if too_large && entry.early.is_none() {
                 entry.early = Some(EarlyReason::TraceTooLarge);
                 self.metrics.record_early(EarlyReason::TraceTooLarge);
-                earlier = Some(now);
+                earlier = Some((now, DeadlineKind::Now));
             }
         }
         let footprint = entry.footprint();
@@ -743,8 +745,8 @@ impl TailSampler {
         self.pending_bytes.fetch_add(grown, Ordering::Relaxed);
         self.budget.charge(grown);
         match earlier {
-            Some(due) => {
-                shard.reschedule(trace_id, due);
+            Some((due, kind)) => {
+                buffer::reschedule(&mut shard.deadlines, trace_id, entry, due, kind);
                 true
             }
             None => false,
@@ -818,13 +820,7 @@ impl TailSampler {
         let mut earliest: Vec<Instant> = Vec::new();
         for shard in 0..self.shards.len() {
             let shard = self.lock(shard);
-            earliest.extend(
-                shard
-                    .deadlines
-                    .iter()
-                    .take(n)
-                    .map(|(deadline, _)| *deadline),
-            );
+            earliest.extend(shard.deadlines_in_order().take(n));
         }
         if earliest.len() < n {
             return earliest.into_iter().max();
