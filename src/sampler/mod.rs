@@ -663,8 +663,10 @@ impl TailSampler {
         };
         let (now, not_before) = times;
         let trace_id = first.span.trace_id;
-        let entry = match shard.traces.entry(trace_id) {
-            Entry::Occupied(entry) => entry.into_mut(),
+        // A new trace's deadline is entered in the index once its spans are folded in, so
+        // that a trace arriving whole with its root is entered once, at its root deadline.
+        let (entry, new) = match shard.traces.entry(trace_id) {
+            Entry::Occupied(entry) => (entry.into_mut(), false),
             Entry::Vacant(vacant) => {
                 match shard.cache.get(&trace_id) {
                     Some(Cached::Kept(kept)) => {
@@ -693,16 +695,14 @@ impl TailSampler {
                     None => {}
                 }
                 let deadline = now + self.settings.decision_wait;
-                shard
-                    .deadlines
-                    .push(DeadlineKind::FirstSpan, deadline, trace_id);
                 self.traces_held.fetch_add(1, Ordering::Relaxed);
                 self.metrics.new_trace_id_received.inc();
-                vacant.insert(PendingTrace::new(
+                let trace = vacant.insert(PendingTrace::new(
                     self.policies.new_facts(trace_id),
                     now,
                     deadline,
-                ))
+                ));
+                (trace, true)
             }
         };
         entry.reserve(
@@ -746,10 +746,22 @@ impl TailSampler {
         self.budget.charge(grown);
         match earlier {
             Some((due, kind)) => {
-                buffer::reschedule(&mut shard.deadlines, trace_id, entry, due, kind);
+                if new {
+                    entry.deadline = due;
+                    shard.deadlines.push(kind, due, trace_id);
+                } else {
+                    buffer::reschedule(&mut shard.deadlines, trace_id, entry, due, kind);
+                }
                 true
             }
-            None => false,
+            None => {
+                if new {
+                    shard
+                        .deadlines
+                        .push(DeadlineKind::FirstSpan, entry.deadline, trace_id);
+                }
+                false
+            }
         }
     }
 
