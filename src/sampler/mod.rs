@@ -201,6 +201,7 @@ struct LateSpan<'a> {
 }
 
 /// One span of a request being ingested: where it goes and what it came under.
+#[derive(Clone, Copy)]
 struct Incoming<'a> {
     /// The shard its trace id hashes to.
     shard: usize,
@@ -499,9 +500,9 @@ impl TailSampler {
             }
         }
         // Grouped by shard (each shard is locked once per request) and by trace within it
-        // (each trace is looked up once and its arena grown once); a stable sort keeps
-        // every trace's spans in arrival order.
-        spans.sort_by(|a, b| (a.shard, &a.span.trace_id.0).cmp(&(b.shard, &b.span.trace_id.0)));
+        // (each trace is looked up once and its arena grown once), every trace's spans in
+        // arrival order.
+        let spans = group_by_shard_and_trace(&spans, self.shards.len());
 
         let mut late = Vec::new();
         let mut forward = Vec::new();
@@ -1343,6 +1344,35 @@ impl TailSampler {
         );
         traces
     }
+}
+
+/// `spans` (in arrival order, each of a shard below `shards`) grouped by shard, then by
+/// trace id, each trace's spans in arrival order: the order of a stable sort by
+/// `(shard, trace id)`, at a fraction of its cost. A counting sort places the spans by
+/// shard; each shard's share is then sorted on compact `(trace id, arrival index)` keys,
+/// which are all distinct, so an unstable sort gives the stable order.
+fn group_by_shard_and_trace<'a>(spans: &[Incoming<'a>], shards: usize) -> Vec<Incoming<'a>> {
+    let mut bounds = vec![0usize; shards + 1];
+    for span in spans {
+        bounds[span.shard + 1] += 1;
+    }
+    for shard in 0..shards {
+        bounds[shard + 1] += bounds[shard];
+    }
+    let mut keys = vec![(0u128, 0u32); spans.len()];
+    let mut next = bounds.clone();
+    for (index, span) in spans.iter().enumerate() {
+        // A big-endian trace id orders as its bytes do. Requests are capped far below
+        // 2^32 spans.
+        keys[next[span.shard]] = (u128::from_be_bytes(span.span.trace_id.0), index as u32);
+        next[span.shard] += 1;
+    }
+    for shard in 0..shards {
+        keys[bounds[shard]..bounds[shard + 1]].sort_unstable();
+    }
+    keys.iter()
+        .map(|&(_, index)| spans[index as usize])
+        .collect()
 }
 
 /// Frames spans forwarded to the replica that owns their traces, unchanged, into one
