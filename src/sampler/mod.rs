@@ -911,6 +911,7 @@ impl TailSampler {
         let started = Instant::now();
         let mut writer = TraceRequestWriter::new();
         let mut votes = Vec::new();
+        let mut thresholds = ThresholdWriter::default();
         loop {
             let now = Instant::now();
             // Over num_traces or under memory pressure, the oldest traces fall due now:
@@ -949,7 +950,7 @@ impl TailSampler {
             self.publish_gauges();
             for Decided { trace, kept } in decided {
                 if let Some(kept) = kept {
-                    self.write_trace(&mut writer, trace, kept);
+                    self.write_trace(&mut writer, &mut thresholds, trace, kept);
                     if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
                         self.send(output, std::mem::take(&mut writer)).await;
                     }
@@ -1051,10 +1052,12 @@ impl TailSampler {
         }
     }
 
-    /// Frames a kept trace's spans, writing its threshold and the deciding policy.
+    /// Frames a kept trace's spans, writing its threshold (through `thresholds`, shared
+    /// by the traces of a round) and the deciding policy.
     fn write_trace(
         &self,
         writer: &mut TraceRequestWriter,
+        thresholds: &mut ThresholdWriter,
         trace: PendingTrace,
         kept: KeptDecision,
     ) {
@@ -1069,7 +1072,7 @@ impl TailSampler {
         for span in &trace.spans {
             let origin = &trace.origins[span.origin as usize];
             let start = span.start as usize;
-            let bytes = output_span(
+            let bytes = thresholds.output_span(
                 arena.slice(start..start + span.len as usize),
                 kept.threshold,
             );
@@ -1092,6 +1095,7 @@ impl TailSampler {
         late.sort_by_key(|span| (span.origin, span.kept.policy));
         let mut writer = TraceRequestWriter::new();
         let mut scope: Option<(usize, usize, Bytes)> = None;
+        let mut thresholds = ThresholdWriter::default();
         for span in late {
             let origin = &origins[span.origin];
             let output_scope = match &scope {
@@ -1106,7 +1110,7 @@ impl TailSampler {
                     written
                 }
             };
-            let bytes = output_span(span.span.bytes.clone(), span.kept.threshold);
+            let bytes = thresholds.output_span(span.span.bytes.clone(), span.kept.threshold);
             writer.push(
                 &origin.resource,
                 &origin.resource_schema_url,
@@ -1395,18 +1399,42 @@ fn frame_forward(origins: &[Arc<Origin>], mut spans: Vec<ForwardSpan<'_>>) -> Tr
     TraceBatch::from(writer.finish())
 }
 
-/// A kept span's bytes as they leave: with `th` raised to the trace's threshold when it
-/// was kept by the probabilistic policy (equalizing: the threshold only rises).
-fn output_span(span: Bytes, update: ThresholdUpdate) -> Bytes {
-    let ThresholdUpdate::Raise(threshold) = update else {
-        return span;
-    };
-    let trace_state = rewrite::span_trace_state(&span).unwrap_or("");
-    let incoming = threshold::read_ot(trace_state).th;
-    if incoming.is_some_and(|th| th >= threshold) {
-        return span;
+/// Writes the threshold of kept traces on their spans, remembering the `trace_state`
+/// that a span which came without one gets (the same for every such span of a trace,
+/// and of every trace kept at the same threshold), so it is encoded once, not per span.
+#[derive(Default)]
+struct ThresholdWriter {
+    /// The last threshold written on a span without a `trace_state`, and what was written.
+    bare: Option<(Threshold, String)>,
+}
+
+impl ThresholdWriter {
+    /// A kept span's bytes as they leave: with `th` raised to the trace's threshold when
+    /// it was kept by the probabilistic policy (equalizing: the threshold only rises).
+    fn output_span(&mut self, span: Bytes, update: ThresholdUpdate) -> Bytes {
+        let ThresholdUpdate::Raise(threshold) = update else {
+            return span;
+        };
+        let Some(field) = rewrite::find_span_trace_state(&span) else {
+            // Not well formed (the receiver's validation rules this out): left as it came.
+            return span;
+        };
+        if field.value.is_empty() {
+            let trace_state = match &self.bare {
+                Some((at, written)) if *at == threshold => written,
+                _ => {
+                    let written = threshold::with_threshold("", threshold);
+                    &self.bare.insert((threshold, written)).1
+                }
+            };
+            return rewrite::replace_span_trace_state(&span, &field, trace_state);
+        }
+        let incoming = threshold::read_ot(field.value).th;
+        if incoming.is_some_and(|th| th >= threshold) {
+            return span;
+        }
+        let raised: Threshold = incoming.map_or(threshold, |th| th.max(threshold));
+        let trace_state = threshold::with_threshold(field.value, raised);
+        rewrite::replace_span_trace_state(&span, &field, &trace_state)
     }
-    let raised: Threshold = incoming.map_or(threshold, |th| th.max(threshold));
-    let trace_state = threshold::with_threshold(trace_state, raised);
-    rewrite::set_span_trace_state(&span, &trace_state).unwrap_or(span)
 }
