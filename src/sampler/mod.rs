@@ -1352,31 +1352,53 @@ impl TailSampler {
 
 /// `spans` (in arrival order, each of a shard below `shards`) grouped by shard, then by
 /// trace id, each trace's spans in arrival order: the order of a stable sort by
-/// `(shard, trace id)`, at a fraction of its cost. A counting sort places the spans by
-/// shard; each shard's share is then sorted on compact `(trace id, arrival index)` keys,
-/// which are all distinct, so an unstable sort gives the stable order.
+/// `(shard, trace id)`, at a fraction of its cost. Spans arrive in runs of one trace
+/// (an exporter writes a trace's spans of one resource together), so the runs are
+/// sorted rather than the spans: a counting sort places them by shard, and each shard's
+/// runs are sorted on compact `(trace id, first arrival index)` keys, which are
+/// distinct, so an unstable sort gives the stable order.
 fn group_by_shard_and_trace<'a>(spans: &[Incoming<'a>], shards: usize) -> Vec<Incoming<'a>> {
+    /// A run of consecutive spans of one trace: its sort key (the big-endian trace id,
+    /// which orders as the id's bytes do), where it starts, how many spans, its shard.
+    struct Run {
+        key: (u128, u32),
+        len: u32,
+        shard: usize,
+    }
+    let mut runs: Vec<Run> = Vec::new();
     let mut bounds = vec![0usize; shards + 1];
-    for span in spans {
-        bounds[span.shard + 1] += 1;
+    for (index, span) in spans.iter().enumerate() {
+        let key = u128::from_be_bytes(span.span.trace_id.0);
+        match runs.last_mut() {
+            Some(run) if run.key.0 == key => run.len += 1,
+            _ => {
+                // Requests are capped far below 2^32 spans.
+                runs.push(Run {
+                    key: (key, index as u32),
+                    len: 1,
+                    shard: span.shard,
+                });
+                bounds[span.shard + 1] += 1;
+            }
+        }
     }
     for shard in 0..shards {
         bounds[shard + 1] += bounds[shard];
     }
-    let mut keys = vec![(0u128, 0u32); spans.len()];
+    let mut placed = vec![((0u128, 0u32), 0u32); runs.len()];
     let mut next = bounds.clone();
-    for (index, span) in spans.iter().enumerate() {
-        // A big-endian trace id orders as its bytes do. Requests are capped far below
-        // 2^32 spans.
-        keys[next[span.shard]] = (u128::from_be_bytes(span.span.trace_id.0), index as u32);
-        next[span.shard] += 1;
+    for run in &runs {
+        placed[next[run.shard]] = (run.key, run.len);
+        next[run.shard] += 1;
     }
     for shard in 0..shards {
-        keys[bounds[shard]..bounds[shard + 1]].sort_unstable();
+        placed[bounds[shard]..bounds[shard + 1]].sort_unstable_by_key(|(key, _)| *key);
     }
-    keys.iter()
-        .map(|&(_, index)| spans[index as usize])
-        .collect()
+    let mut grouped = Vec::with_capacity(spans.len());
+    for ((_, start), len) in placed {
+        grouped.extend_from_slice(&spans[start as usize..(start + len) as usize]);
+    }
+    grouped
 }
 
 /// Frames spans forwarded to the replica that owns their traces, unchanged, into one

@@ -924,14 +924,19 @@ async fn parsed_views_buffer_like_bytes() {
 
 proptest! {
     /// Scenario: the spans of a request, of traces whose ids differ in their first and
-    /// last bytes, spread over shards, in arbitrary arrival order.
+    /// last bytes, spread over shards, in arbitrary arrival order, in runs of one trace
+    /// of one to three spans (a trace may have several runs).
     /// Guarantees: they are grouped exactly as a stable sort by `(shard, trace id bytes)`
     /// groups them: by shard, then by trace id, each trace's spans in arrival order.
     #[test]
     fn groups_spans_as_a_stable_sort_by_shard_and_trace_does(
-        arrivals in prop::collection::vec((0u8..4, 0u8..4), 0..120),
+        runs in prop::collection::vec(((0u8..4, 0u8..4), 1usize..4), 0..60),
     ) {
         let shards = 5;
+        let arrivals: Vec<(u8, u8)> = runs
+            .iter()
+            .flat_map(|&(trace, len)| std::iter::repeat_n(trace, len))
+            .collect();
         let views: Vec<crate::otlp::SpanView> = arrivals
             .iter()
             .enumerate()
