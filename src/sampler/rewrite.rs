@@ -152,7 +152,14 @@ fn put_varint(out: &mut BytesMut, mut value: u64) {
     out.put_u8(value as u8);
 }
 
+#[inline]
 fn read_varint(buf: &[u8], mut at: usize) -> Option<(u64, usize)> {
+    // Field keys and most lengths in a span are one byte: read those without the loop
+    // (a kept span's fields are walked once per rewrite of its threshold).
+    let first = *buf.get(at)?;
+    if first < 0x80 {
+        return Some((u64::from(first), at + 1));
+    }
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
         let byte = *buf.get(at)?;
@@ -166,6 +173,7 @@ fn read_varint(buf: &[u8], mut at: usize) -> Option<(u64, usize)> {
 }
 
 /// The field number, wire type and end offset of the field starting at `at`.
+#[inline]
 fn next_field(buf: &[u8], at: usize) -> Option<(u32, u8, usize)> {
     let (key, after_key) = read_varint(buf, at)?;
     let field = u32::try_from(key >> 3).ok()?;
