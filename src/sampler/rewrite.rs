@@ -152,7 +152,7 @@ fn put_varint(out: &mut BytesMut, mut value: u64) {
     out.put_u8(value as u8);
 }
 
-#[inline]
+#[inline(always)]
 fn read_varint(buf: &[u8], mut at: usize) -> Option<(u64, usize)> {
     // Field keys and most lengths in a span are one byte: read those without the loop
     // (a kept span's fields are walked once per rewrite of its threshold).
@@ -172,8 +172,10 @@ fn read_varint(buf: &[u8], mut at: usize) -> Option<(u64, usize)> {
     None
 }
 
-/// The field number, wire type and end offset of the field starting at `at`.
-#[inline]
+/// The field number, wire type and end offset of the field starting at `at`. Always
+/// inlined: it is the body of the walk over every field of a kept span, where the call
+/// cost as much as the reading.
+#[inline(always)]
 fn next_field(buf: &[u8], at: usize) -> Option<(u32, u8, usize)> {
     let (key, after_key) = read_varint(buf, at)?;
     let field = u32::try_from(key >> 3).ok()?;
