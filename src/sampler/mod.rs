@@ -67,7 +67,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use self::buffer::{DeadlineKind, Origin, PendingTrace, Shard};
+use self::buffer::{DeadlineKind, HeldSpan, Origin, PendingTrace, Shard};
 use self::cache::{Cached, KeptDecision, TraceIdHasher};
 use self::hand_off::HandOffLink;
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
@@ -213,10 +213,17 @@ struct Incoming<'a> {
     span: &'a SpanView,
 }
 
-/// A decided trace on its way out of the buffer.
+/// What a trace not kept leaves to free: its arena, span index and origins.
+type TraceBuffers = (Vec<u8>, Vec<HeldSpan>, Vec<Arc<Origin>>);
+
+/// The traces decided under a round's shard locks, on their way out of the buffer.
+#[derive(Default)]
 struct Decided {
-    trace: PendingTrace,
-    kept: Option<KeptDecision>,
+    /// The kept traces, in decision order, with what their spans must carry.
+    kept: Vec<(PendingTrace, KeptDecision)>,
+    /// The buffers of the traces not kept, to free outside the shard locks: only the
+    /// buffers are moved there, not whole traces (most traces are not kept).
+    dropped: Vec<TraceBuffers>,
 }
 
 /// What a receiver holds to feed a sampler. When every clone is dropped (the receivers
@@ -925,7 +932,7 @@ impl TailSampler {
             } else {
                 now
             };
-            let mut decided = Vec::new();
+            let mut decided = Decided::default();
             let mut progress = false;
             for shard_index in 0..self.shards.len() {
                 let mut shard = self.lock(shard_index);
@@ -942,18 +949,21 @@ impl TailSampler {
                         }
                     }
                     self.release(&trace);
-                    let kept = self.decide(&mut shard, trace_id, &trace, now, &mut votes);
-                    decided.push(Decided { trace, kept });
+                    match self.decide(&mut shard, trace_id, &trace, now, &mut votes) {
+                        Some(kept) => decided.kept.push((trace, kept)),
+                        None => decided
+                            .dropped
+                            .push((trace.arena, trace.spans, trace.origins)),
+                    }
                     progress = true;
                 }
             }
             self.publish_gauges();
-            for Decided { trace, kept } in decided {
-                if let Some(kept) = kept {
-                    self.write_trace(&mut writer, &mut thresholds, trace, kept);
-                    if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
-                        self.send(output, std::mem::take(&mut writer)).await;
-                    }
+            drop(decided.dropped);
+            for (trace, kept) in decided.kept {
+                self.write_trace(&mut writer, &mut thresholds, trace, kept);
+                if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
+                    self.send(output, std::mem::take(&mut writer)).await;
                 }
             }
             if !progress {
