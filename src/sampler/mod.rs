@@ -1438,6 +1438,8 @@ fn frame_forward(origins: &[Arc<Origin>], mut spans: Vec<ForwardSpan<'_>>) -> Tr
 struct ThresholdWriter {
     /// The last threshold written on a span without a `trace_state`, and what was written.
     bare: Option<(Threshold, String)>,
+    /// Where rewritten spans are written (see [`rewrite::replace_span_trace_state`]).
+    chunk: BytesMut,
 }
 
 impl ThresholdWriter {
@@ -1459,7 +1461,7 @@ impl ThresholdWriter {
                     &self.bare.insert((threshold, written)).1
                 }
             };
-            return rewrite::replace_span_trace_state(&span, &field, trace_state);
+            return rewrite::replace_span_trace_state(&span, &field, trace_state, &mut self.chunk);
         }
         let incoming = threshold::read_ot(field.value).th;
         if incoming.is_some_and(|th| th >= threshold) {
@@ -1467,6 +1469,6 @@ impl ThresholdWriter {
         }
         let raised: Threshold = incoming.map_or(threshold, |th| th.max(threshold));
         let trace_state = threshold::with_threshold(field.value, raised);
-        rewrite::replace_span_trace_state(&span, &field, &trace_state)
+        rewrite::replace_span_trace_state(&span, &field, &trace_state, &mut self.chunk)
     }
 }

@@ -95,13 +95,20 @@ pub fn find_span_trace_state(span: &[u8]) -> Option<TraceStateField<'_>> {
     Some(field)
 }
 
+/// Rewritten spans are written into shared chunks of at least this many bytes (one
+/// allocation for a few hundred spans, not one per span).
+const REWRITE_CHUNK: usize = 64 * 1024;
+
 /// [`set_span_trace_state`] of a span whose `trace_state` was found by
 /// [`find_span_trace_state`] (`field`): the same bytes, written by copying what surrounds
-/// the old field instead of walking the span again.
+/// the old field instead of walking the span again. The result is a slice of `chunk`,
+/// which is replaced by a fresh chunk when it has no room left: the spans rewritten into
+/// one chunk share its allocation, which is freed when the last of them is.
 pub fn replace_span_trace_state(
     span: &[u8],
     field: &TraceStateField<'_>,
     trace_state: &str,
+    chunk: &mut BytesMut,
 ) -> Bytes {
     if field.repeated {
         return set_span_trace_state(span, trace_state)
@@ -111,11 +118,15 @@ pub fn replace_span_trace_state(
         Some(first) => (&span[..first.start], &span[first.end..]),
         None => (span, &[][..]),
     };
-    let mut out = BytesMut::with_capacity(span.len() + trace_state.len() + 4);
-    out.extend_from_slice(before);
-    put_string_field(&mut out, SPAN_TRACE_STATE, trace_state);
-    out.extend_from_slice(after);
-    out.freeze()
+    // The key is one byte; the length a varint of at most 10.
+    let len = before.len() + 11 + trace_state.len() + after.len();
+    if chunk.capacity() - chunk.len() < len {
+        *chunk = BytesMut::with_capacity(len.max(REWRITE_CHUNK));
+    }
+    chunk.extend_from_slice(before);
+    put_string_field(chunk, SPAN_TRACE_STATE, trace_state);
+    chunk.extend_from_slice(after);
+    chunk.split().freeze()
 }
 
 /// Returns `scope` (an encoded `InstrumentationScope` body) with one more string
@@ -284,11 +295,13 @@ mod tests {
         spans.push(twice.clone());
         twice.extend_from_slice(&[0x1a, 0x01, 0xff]); // a third, not UTF-8
         spans.push(twice);
+        // A small chunk, so that the spans fill it and a fresh one is taken.
+        let mut chunk = BytesMut::with_capacity(100);
         for span in &spans {
             let field = find_span_trace_state(span).expect("well formed");
             assert_eq!(Some(field.value), span_trace_state(span).or(Some("")));
             assert_eq!(
-                replace_span_trace_state(span, &field, "ot=th:e666"),
+                replace_span_trace_state(span, &field, "ot=th:e666", &mut chunk),
                 set_span_trace_state(span, "ot=th:e666").expect("well formed"),
             );
         }
