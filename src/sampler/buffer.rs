@@ -7,8 +7,11 @@
 //! trace, a decision handed over by a peer). Deadlines set by one of these rules are set
 //! in the order they fall due, so the index is one queue per rule, each sorted by
 //! `(deadline, trace id)`: a deadline is appended in O(1), where an ordered set paid
-//! O(log n) to insert it and again to remove it. A deadline set out of order (arrival
-//! times taken on different cores, a hand-off's `not_before`) is inserted at its place.
+//! O(log n) to insert it and again to remove it. A deadline that would not go at the
+//! back of its queue (arrival times taken on different cores, a hand-off's `not_before`,
+//! equal deadlines arriving out of trace id order) goes into an ordered set beside the
+//! queues instead, at the ordered set's O(log n): no order of arrivals costs more than
+//! before.
 //!
 //! Entries are invalidated lazily: moving a deadline adds an entry and leaves the old
 //! one, and a trace taken out of the shard leaves its entry. An entry is live while its
@@ -23,7 +26,7 @@
 //! between the traces of a request), and the policy facts folded in span by span.
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -181,54 +184,85 @@ pub enum DeadlineKind {
 }
 
 /// The deadline index of one shard: per [`DeadlineKind`], the `(deadline, trace id)`
-/// entries set by that rule, sorted, live or stale (see the module docs).
+/// entries set by that rule, sorted, plus the entries that came out of order; live or
+/// stale (see the module docs).
 #[derive(Debug, Default)]
 pub struct Deadlines {
     queues: [VecDeque<(Instant, TraceId)>; 3],
+    out_of_order: BTreeSet<(Instant, TraceId)>,
 }
 
+/// Where an entry is: a queue (by [`DeadlineKind`]), or [`OUT_OF_ORDER`].
+type Source = usize;
+
+/// The [`Source`] of the entries that came out of order.
+const OUT_OF_ORDER: Source = 3;
+
 impl Deadlines {
-    /// Adds the entry `(deadline, trace_id)` to `kind`'s queue, at its place in order
-    /// (at the back, unless deadlines were set out of order).
+    /// Adds the entry `(deadline, trace_id)`: at the back of `kind`'s queue, or, when it
+    /// would not go last there, among the entries that came out of order.
     pub fn push(&mut self, kind: DeadlineKind, deadline: Instant, trace_id: TraceId) {
         let queue = &mut self.queues[kind as usize];
         let entry = (deadline, trace_id);
         if queue.back().is_none_or(|last| *last <= entry) {
             queue.push_back(entry);
         } else {
-            let at = queue.partition_point(|queued| *queued <= entry);
-            queue.insert(at, entry);
+            self.out_of_order.insert(entry);
         }
     }
 
-    /// The queue whose front entry is the earliest, and that entry (live or stale).
-    fn earliest(&self) -> Option<(usize, (Instant, TraceId))> {
+    /// The earliest entry (live or stale), and where it is.
+    fn earliest(&self) -> Option<(Source, (Instant, TraceId))> {
         self.queues
             .iter()
             .enumerate()
             .filter_map(|(kind, queue)| queue.front().map(|entry| (kind, *entry)))
+            .chain(
+                self.out_of_order
+                    .first()
+                    .map(|entry| (OUT_OF_ORDER, *entry)),
+            )
             .min_by_key(|(_, entry)| *entry)
+    }
+
+    /// Removes the first entry of `source`.
+    fn pop_first(&mut self, source: Source) {
+        match self.queues.get_mut(source) {
+            Some(queue) => {
+                queue.pop_front();
+            }
+            None => {
+                self.out_of_order.pop_first();
+            }
+        }
     }
 
     /// Entries held, live and stale.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.queues.iter().map(VecDeque::len).sum()
+        self.queues.iter().map(VecDeque::len).sum::<usize>() + self.out_of_order.len()
     }
 
     /// Every entry, live or stale, earliest first.
     fn in_order(&self) -> impl Iterator<Item = (Instant, TraceId)> + '_ {
         let mut next = [0usize; 3];
+        let mut out_of_order = self.out_of_order.iter().copied().peekable();
         std::iter::from_fn(move || {
-            let (kind, entry) = self
+            let queued = self
                 .queues
                 .iter()
                 .zip(next)
                 .enumerate()
                 .filter_map(|(kind, (queue, at))| queue.get(at).map(|entry| (kind, *entry)))
-                .min_by_key(|(_, entry)| *entry)?;
-            next[kind] += 1;
-            Some(entry)
+                .min_by_key(|(_, entry)| *entry);
+            match (queued, out_of_order.peek()) {
+                (Some((_, entry)), Some(other)) if *other < entry => out_of_order.next(),
+                (Some((kind, entry)), _) => {
+                    next[kind] += 1;
+                    Some(entry)
+                }
+                (None, _) => out_of_order.next(),
+            }
         })
     }
 }
@@ -282,11 +316,11 @@ impl Shard {
         loop {
             // A stale front entry is never later than the earliest live one, so when it
             // is not due, nothing is.
-            let (kind, (deadline, trace_id)) = self.deadlines.earliest()?;
+            let (source, (deadline, trace_id)) = self.deadlines.earliest()?;
             if deadline > now && !force {
                 return None;
             }
-            self.deadlines.queues[kind].pop_front();
+            self.deadlines.pop_first(source);
             if let Entry::Occupied(held) = self.traces.entry(trace_id)
                 && held.get().deadline == deadline
             {
@@ -301,11 +335,11 @@ impl Shard {
     /// The earliest deadline in the shard (stale entries in front of it are dropped).
     pub fn next_deadline(&mut self) -> Option<Instant> {
         loop {
-            let (kind, (deadline, trace_id)) = self.deadlines.earliest()?;
+            let (source, (deadline, trace_id)) = self.deadlines.earliest()?;
             if self.is_live(deadline, &trace_id) {
                 return Some(deadline);
             }
-            self.deadlines.queues[kind].pop_front();
+            self.deadlines.pop_first(source);
         }
     }
 
