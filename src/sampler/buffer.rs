@@ -213,16 +213,23 @@ impl Deadlines {
 
     /// The earliest entry (live or stale), and where it is.
     fn earliest(&self) -> Option<(Source, (Instant, TraceId))> {
-        self.queues
-            .iter()
-            .enumerate()
-            .filter_map(|(kind, queue)| queue.front().map(|entry| (kind, *entry)))
-            .chain(
-                self.out_of_order
-                    .first()
-                    .map(|entry| (OUT_OF_ORDER, *entry)),
-            )
-            .min_by_key(|(_, entry)| *entry)
+        // Called for every trace that falls due: a plain loop, the set looked at only
+        // when it holds anything.
+        let mut earliest: Option<(Source, (Instant, TraceId))> = None;
+        for (kind, queue) in self.queues.iter().enumerate() {
+            if let Some(entry) = queue.front()
+                && earliest.is_none_or(|(_, first)| *entry < first)
+            {
+                earliest = Some((kind, *entry));
+            }
+        }
+        if !self.out_of_order.is_empty()
+            && let Some(entry) = self.out_of_order.first()
+            && earliest.is_none_or(|(_, first)| *entry < first)
+        {
+            earliest = Some((OUT_OF_ORDER, *entry));
+        }
+        earliest
     }
 
     /// Removes the first entry of `source`.
