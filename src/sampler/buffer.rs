@@ -1,17 +1,38 @@
 //! The trace buffer: per shard, a map of pending traces plus an ordered deadline index.
 //!
+//! # The deadline index
+//!
+//! A trace's deadline is its first span's arrival plus `decision_wait`, moved to its root
+//! span's arrival plus `decision_wait_after_root_received`, or to "now" (an oversized
+//! trace, a decision handed over by a peer). Deadlines set by one of these rules are set
+//! in the order they fall due, so the index is one queue per rule, each sorted by
+//! `(deadline, trace id)`: a deadline is appended in O(1), where an ordered set paid
+//! O(log n) to insert it and again to remove it. A deadline that would not go at the
+//! back of its queue (arrival times taken on different cores, a hand-off's `not_before`,
+//! equal deadlines arriving out of trace id order) goes into an ordered set beside the
+//! queues instead, at the ordered set's O(log n): no order of arrivals costs more than
+//! before.
+//!
+//! Entries are invalidated lazily: moving a deadline adds an entry and leaves the old
+//! one, and a trace taken out of the shard leaves its entry. An entry is live while its
+//! trace is held with that very deadline; stale entries are skipped (and dropped) when
+//! they reach the front of their queue, which every entry does within `decision_wait`.
+//! The earliest live deadline over the queues is that of the ordered set, ties broken by
+//! trace id as the set did, so traces fall due in exactly the set's order.
+//!
 //! A pending trace holds copies of its spans' wire bytes in one growing arena (one copy
 //! per span, so the request buffers they came in are freed at once and the bytes held
 //! are exactly what is counted), the resource and scope each span came under (shared
 //! between the traces of a request), and the policy facts folded in span by span.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::cache::{DecisionCache, KeptDecision};
+use super::cache::{DecisionCache, KeptDecision, TraceIdHasher, trace_id_hasher};
 use super::metrics::EarlyReason;
 use super::policy::TraceFacts;
 use crate::otlp::TraceId;
@@ -150,12 +171,116 @@ impl PendingTrace {
     }
 }
 
+/// Which rule set a deadline: each rule sets its deadlines in (nearly) the order they
+/// fall due, so each has its own queue in [`Deadlines`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadlineKind {
+    /// `decision_wait` after the first span.
+    FirstSpan,
+    /// `decision_wait_after_root_received` after the root span.
+    Root,
+    /// At once: the trace grew too large, or a peer handed over its decision.
+    Now,
+}
+
+/// The deadline index of one shard: per [`DeadlineKind`], the `(deadline, trace id)`
+/// entries set by that rule, sorted, plus the entries that came out of order; live or
+/// stale (see the module docs).
+#[derive(Debug, Default)]
+pub struct Deadlines {
+    queues: [VecDeque<(Instant, TraceId)>; 3],
+    out_of_order: BTreeSet<(Instant, TraceId)>,
+}
+
+/// Where an entry is: a queue (by [`DeadlineKind`]), or [`OUT_OF_ORDER`].
+type Source = usize;
+
+/// The [`Source`] of the entries that came out of order.
+const OUT_OF_ORDER: Source = 3;
+
+impl Deadlines {
+    /// Adds the entry `(deadline, trace_id)`: at the back of `kind`'s queue, or, when it
+    /// would not go last there, among the entries that came out of order.
+    pub fn push(&mut self, kind: DeadlineKind, deadline: Instant, trace_id: TraceId) {
+        let queue = &mut self.queues[kind as usize];
+        let entry = (deadline, trace_id);
+        if queue.back().is_none_or(|last| *last <= entry) {
+            queue.push_back(entry);
+        } else {
+            self.out_of_order.insert(entry);
+        }
+    }
+
+    /// The earliest entry (live or stale), and where it is.
+    fn earliest(&self) -> Option<(Source, (Instant, TraceId))> {
+        // Called for every trace that falls due: a plain loop, the set looked at only
+        // when it holds anything.
+        let mut earliest: Option<(Source, (Instant, TraceId))> = None;
+        for (kind, queue) in self.queues.iter().enumerate() {
+            if let Some(entry) = queue.front()
+                && earliest.is_none_or(|(_, first)| *entry < first)
+            {
+                earliest = Some((kind, *entry));
+            }
+        }
+        if !self.out_of_order.is_empty()
+            && let Some(entry) = self.out_of_order.first()
+            && earliest.is_none_or(|(_, first)| *entry < first)
+        {
+            earliest = Some((OUT_OF_ORDER, *entry));
+        }
+        earliest
+    }
+
+    /// Removes the first entry of `source`.
+    fn pop_first(&mut self, source: Source) {
+        match self.queues.get_mut(source) {
+            Some(queue) => {
+                queue.pop_front();
+            }
+            None => {
+                self.out_of_order.pop_first();
+            }
+        }
+    }
+
+    /// Entries held, live and stale.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum::<usize>() + self.out_of_order.len()
+    }
+
+    /// Every entry, live or stale, earliest first.
+    fn in_order(&self) -> impl Iterator<Item = (Instant, TraceId)> + '_ {
+        let mut next = [0usize; 3];
+        let mut out_of_order = self.out_of_order.iter().copied().peekable();
+        std::iter::from_fn(move || {
+            let queued = self
+                .queues
+                .iter()
+                .zip(next)
+                .enumerate()
+                .filter_map(|(kind, (queue, at))| queue.get(at).map(|entry| (kind, *entry)))
+                .min_by_key(|(_, entry)| *entry);
+            match (queued, out_of_order.peek()) {
+                (Some((_, entry)), Some(other)) if *other < entry => out_of_order.next(),
+                (Some((kind, entry)), _) => {
+                    next[kind] += 1;
+                    Some(entry)
+                }
+                (None, _) => out_of_order.next(),
+            }
+        })
+    }
+}
+
 /// One shard of the buffer: the traces whose id hashes to it.
 pub struct Shard {
     /// Pending traces by id.
-    pub traces: HashMap<TraceId, PendingTrace>,
-    /// `(deadline, trace id)` of every pending trace, earliest first.
-    pub deadlines: BTreeSet<(Instant, TraceId)>,
+    pub traces: HashMap<TraceId, PendingTrace, TraceIdHasher>,
+    /// When each pending trace is due, earliest first (with stale entries: see the
+    /// module docs).
+    pub deadlines: Deadlines,
     /// Decisions of traces that have left the shard.
     pub cache: DecisionCache,
     /// Bytes charged for the pending traces of this shard.
@@ -168,49 +293,332 @@ impl Shard {
     /// An empty shard with caches of the given capacities.
     pub fn new(kept_cache: usize, not_kept_cache: usize) -> Self {
         Self {
-            traces: HashMap::new(),
-            deadlines: BTreeSet::new(),
+            traces: HashMap::with_hasher(trace_id_hasher()),
+            deadlines: Deadlines::default(),
             cache: DecisionCache::new(kept_cache, not_kept_cache),
             bytes: 0,
             spans: 0,
         }
     }
 
-    /// Moves `trace_id`'s deadline to `deadline` (earlier or later).
-    pub fn reschedule(&mut self, trace_id: TraceId, deadline: Instant) {
+    /// Moves `trace_id`'s deadline to `deadline` (earlier or later), set by `kind`'s rule.
+    pub fn reschedule(&mut self, trace_id: TraceId, deadline: Instant, kind: DeadlineKind) {
         if let Some(trace) = self.traces.get_mut(&trace_id) {
-            self.deadlines.remove(&(trace.deadline, trace_id));
-            trace.deadline = deadline;
-            self.deadlines.insert((deadline, trace_id));
+            reschedule(&mut self.deadlines, trace_id, trace, deadline, kind);
         }
     }
 
-    /// Removes and returns the trace due first, if it is due by `now` (or at all, when
-    /// `force` is set).
-    /// Takes trace `trace_id` out of the shard (its deadline too), uncounting it from the
-    /// shard's totals; `None` when it is not held.
+    /// Takes trace `trace_id` out of the shard, uncounting it from the shard's totals
+    /// (its deadline entry goes stale); `None` when it is not held.
     pub fn take(&mut self, trace_id: &TraceId) -> Option<PendingTrace> {
         let trace = self.traces.remove(trace_id)?;
-        self.deadlines.remove(&(trace.deadline, *trace_id));
         self.bytes = self.bytes.saturating_sub(trace.charged);
         self.spans = self.spans.saturating_sub(trace.spans.len());
         Some(trace)
     }
 
+    /// Removes and returns the trace due first, if it is due by `now` (or at all, when
+    /// `force` is set).
     pub fn pop_due(&mut self, now: Instant, force: bool) -> Option<(TraceId, PendingTrace)> {
-        let &(deadline, trace_id) = self.deadlines.first()?;
-        if deadline > now && !force {
-            return None;
+        loop {
+            // A stale front entry is never later than the earliest live one, so when it
+            // is not due, nothing is.
+            let (source, (deadline, trace_id)) = self.deadlines.earliest()?;
+            if deadline > now && !force {
+                return None;
+            }
+            self.deadlines.pop_first(source);
+            if let Entry::Occupied(held) = self.traces.entry(trace_id)
+                && held.get().deadline == deadline
+            {
+                let trace = held.remove();
+                self.bytes = self.bytes.saturating_sub(trace.charged);
+                self.spans = self.spans.saturating_sub(trace.spans.len());
+                return Some((trace_id, trace));
+            }
         }
-        self.deadlines.pop_first();
-        let trace = self.traces.remove(&trace_id)?;
-        self.bytes = self.bytes.saturating_sub(trace.charged);
-        self.spans = self.spans.saturating_sub(trace.spans.len());
-        Some((trace_id, trace))
     }
 
-    /// The earliest deadline in the shard.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines.first().map(|(deadline, _)| *deadline)
+    /// The earliest deadline in the shard (stale entries in front of it are dropped).
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        loop {
+            let (source, (deadline, trace_id)) = self.deadlines.earliest()?;
+            if self.is_live(deadline, &trace_id) {
+                return Some(deadline);
+            }
+            self.deadlines.pop_first(source);
+        }
+    }
+
+    /// The deadlines of the pending traces, earliest first.
+    pub fn deadlines_in_order(&self) -> impl Iterator<Item = Instant> + '_ {
+        self.deadlines
+            .in_order()
+            .filter(|(deadline, trace_id)| self.is_live(*deadline, trace_id))
+            .map(|(deadline, _)| deadline)
+    }
+
+    /// Whether the entry `(deadline, trace_id)` is live: the trace is held, due then.
+    fn is_live(&self, deadline: Instant, trace_id: &TraceId) -> bool {
+        self.traces
+            .get(trace_id)
+            .is_some_and(|trace| trace.deadline == deadline)
+    }
+}
+
+/// Moves the deadline of `trace` (held as `trace_id` in the shard of `deadlines`) to
+/// `deadline`, set by `kind`'s rule; its old entry goes stale.
+pub fn reschedule(
+    deadlines: &mut Deadlines,
+    trace_id: TraceId,
+    trace: &mut PendingTrace,
+    deadline: Instant,
+    kind: DeadlineKind,
+) {
+    if trace.deadline != deadline {
+        trace.deadline = deadline;
+        deadlines.push(kind, deadline, trace_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::sampler::policy::PolicySet;
+
+    fn policies() -> PolicySet {
+        let yaml = "receivers: {otlp: {protocols: {grpc: {}}}}
+processors:
+  tail_sampling:
+    policies:
+      - {name: all, type: always_sample}
+exporters: {debug: {}}
+service: {pipelines: {traces: {receivers: [otlp], processors: [tail_sampling], exporters: [debug]}}}
+";
+        let config = crate::config::load_str(&[yaml]).expect("valid sampler config");
+        let Some(crate::config::ProcessorConfig::TailSampling(tail_sampling)) =
+            config.processors.values().next()
+        else {
+            panic!("tail_sampling configured");
+        };
+        PolicySet::compile(tail_sampling).expect("policies compile")
+    }
+
+    fn id(n: u8) -> TraceId {
+        TraceId([n; 16])
+    }
+
+    /// Holds trace `n` in `shard`, due at `deadline` by the first-span rule.
+    fn hold(shard: &mut Shard, policies: &PolicySet, n: u8, now: Instant, deadline: Instant) {
+        shard.traces.insert(
+            id(n),
+            PendingTrace::new(policies.new_facts(id(n)), now, deadline),
+        );
+        shard
+            .deadlines
+            .push(DeadlineKind::FirstSpan, deadline, id(n));
+    }
+
+    fn popped(shard: &mut Shard, now: Instant, force: bool) -> Option<TraceId> {
+        shard.pop_due(now, force).map(|(trace_id, _)| trace_id)
+    }
+
+    /// Scenario: a trace's deadline is moved earlier (its root arrived), then later (a
+    /// hand-over made it due "now" after that), each move leaving a stale entry behind.
+    /// Guarantees: the trace falls due at its current deadline, not before, and once only;
+    /// the stale entries are dropped on the way.
+    #[test]
+    fn a_rescheduled_trace_falls_due_once_at_its_new_deadline() {
+        let policies = policies();
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        let mut shard = Shard::new(0, 0);
+        hold(&mut shard, &policies, 1, start, at(30));
+        hold(&mut shard, &policies, 2, start, at(30));
+        shard.reschedule(id(1), at(10), DeadlineKind::Root);
+        assert_eq!(shard.next_deadline(), Some(at(10)));
+        assert_eq!(popped(&mut shard, at(9), false), None);
+        assert_eq!(popped(&mut shard, at(10), false), Some(id(1)));
+        assert_eq!(popped(&mut shard, at(29), false), None);
+        assert_eq!(popped(&mut shard, at(30), false), Some(id(2)));
+        assert_eq!(popped(&mut shard, at(100), true), None);
+        assert_eq!(shard.deadlines.len(), 0, "stale entries dropped");
+
+        hold(&mut shard, &policies, 3, start, at(30));
+        shard.reschedule(id(3), at(10), DeadlineKind::Root);
+        shard.reschedule(id(3), at(20), DeadlineKind::Now);
+        assert_eq!(
+            shard.next_deadline(),
+            Some(at(20)),
+            "the stale at(10) is skipped"
+        );
+        assert_eq!(popped(&mut shard, at(19), false), None);
+        assert_eq!(popped(&mut shard, at(20), false), Some(id(3)));
+        assert_eq!(popped(&mut shard, at(100), true), None);
+        assert!(shard.traces.is_empty());
+    }
+
+    /// Scenario: a held trace is taken out of the shard (handed to a peer), and later a
+    /// new trace with the same id is held, due later.
+    /// Guarantees: the taken trace never falls due; the new one falls due at its own
+    /// deadline only, although the taken one's entry comes first.
+    #[test]
+    fn a_taken_trace_never_falls_due() {
+        let policies = policies();
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        let mut shard = Shard::new(0, 0);
+        hold(&mut shard, &policies, 1, start, at(10));
+        assert!(shard.take(&id(1)).is_some());
+        assert_eq!(shard.next_deadline(), None);
+        assert_eq!(popped(&mut shard, at(100), true), None);
+
+        hold(&mut shard, &policies, 2, start, at(10));
+        assert!(shard.take(&id(2)).is_some());
+        hold(&mut shard, &policies, 2, at(5), at(15));
+        assert_eq!(popped(&mut shard, at(14), false), None);
+        assert_eq!(shard.deadlines_in_order().collect::<Vec<_>>(), vec![at(15)]);
+        assert_eq!(popped(&mut shard, at(15), false), Some(id(2)));
+        assert_eq!(popped(&mut shard, at(100), true), None);
+    }
+
+    /// Scenario: deadlines of all three kinds, interleaved in time, some set out of order
+    /// within their kind, some equal.
+    /// Guarantees: traces fall due earliest first across the kinds, equal deadlines in
+    /// trace id order (the order of the ordered set this index replaced), and
+    /// `deadlines_in_order` lists the same order.
+    #[test]
+    fn falls_due_in_deadline_order_across_kinds() {
+        let policies = policies();
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        let mut shard = Shard::new(0, 0);
+        // (trace, first-span deadline, moved to)
+        let plan = [
+            (1, 30, Some((12, DeadlineKind::Root))),
+            (2, 31, None),
+            (3, 32, Some((5, DeadlineKind::Now))),
+            (4, 33, Some((11, DeadlineKind::Root))),
+            (5, 20, None),
+            (6, 34, Some((12, DeadlineKind::Root))),
+            (7, 35, Some((4, DeadlineKind::Now))),
+            (8, 31, None),
+        ];
+        for (n, first, moved) in plan {
+            hold(&mut shard, &policies, n, start, at(first));
+            if let Some((to, kind)) = moved {
+                shard.reschedule(id(n), at(to), kind);
+            }
+        }
+        let expected = [
+            (4, 7),
+            (5, 3),
+            (11, 4),
+            (12, 1),
+            (12, 6),
+            (20, 5),
+            (31, 2),
+            (31, 8),
+        ];
+        assert_eq!(
+            shard.deadlines_in_order().collect::<Vec<_>>(),
+            expected.map(|(secs, _)| at(secs)).to_vec()
+        );
+        let order: Vec<(Instant, TraceId)> = std::iter::from_fn(|| {
+            let deadline = shard.next_deadline()?;
+            let (trace_id, trace) = shard.pop_due(at(1000), false)?;
+            assert_eq!(trace.deadline, deadline);
+            Some((deadline, trace_id))
+        })
+        .collect();
+        assert_eq!(order, expected.map(|(secs, n)| (at(secs), id(n))).to_vec());
+    }
+
+    /// One step of the model test below.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Hold trace `id` (if not held), due `wait` after `now`.
+        Hold { id: u8, wait: u64 },
+        /// Move trace `id`'s deadline to `now + wait`, set by `kind`'s rule.
+        Move { id: u8, wait: u64, kind: u8 },
+        /// Take trace `id` out.
+        Take { id: u8 },
+        /// Advance `now` by `by` and pop what is due (everything, with `force`).
+        Pop { by: u64, force: bool },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..12, 0u64..40).prop_map(|(id, wait)| Op::Hold { id, wait }),
+            (0u8..12, 0u64..40, 0u8..3).prop_map(|(id, wait, kind)| Op::Move { id, wait, kind }),
+            (0u8..12).prop_map(|id| Op::Take { id }),
+            (0u64..15, prop::bool::weighted(0.1)).prop_map(|(by, force)| Op::Pop { by, force }),
+        ]
+    }
+
+    proptest! {
+        /// Scenario: random holds, deadline moves (of any kind, earlier or later), takes and
+        /// pops, against an ordered set of `(deadline, trace id)` as the model.
+        /// Guarantees: the shard pops exactly the traces the ordered set pops, in its order,
+        /// and reports the same next deadline, after every step.
+        #[test]
+        fn pops_as_an_ordered_set_does(ops in prop::collection::vec(op(), 1..120)) {
+            let policies = policies();
+            let start = Instant::now();
+            let mut now = start;
+            let mut shard = Shard::new(0, 0);
+            let mut model: BTreeSet<(Instant, TraceId)> = BTreeSet::new();
+            let kinds = [DeadlineKind::FirstSpan, DeadlineKind::Root, DeadlineKind::Now];
+            for op in ops {
+                match op {
+                    Op::Hold { id: n, wait } => {
+                        if !shard.traces.contains_key(&id(n)) {
+                            let deadline = now + Duration::from_secs(wait);
+                            hold(&mut shard, &policies, n, now, deadline);
+                            model.insert((deadline, id(n)));
+                        }
+                    }
+                    Op::Move { id: n, wait, kind } => {
+                        let deadline = now + Duration::from_secs(wait);
+                        if let Some(trace) = shard.traces.get(&id(n)) {
+                            model.remove(&(trace.deadline, id(n)));
+                            model.insert((deadline, id(n)));
+                        }
+                        shard.reschedule(id(n), deadline, kinds[usize::from(kind)]);
+                    }
+                    Op::Take { id: n } => {
+                        if let Some(trace) = shard.take(&id(n)) {
+                            model.remove(&(trace.deadline, id(n)));
+                        }
+                    }
+                    Op::Pop { by, force } => {
+                        now += Duration::from_secs(by);
+                        loop {
+                            let expected = model
+                                .first()
+                                .copied()
+                                .filter(|(deadline, _)| force || *deadline <= now);
+                            if let Some(entry) = expected {
+                                model.remove(&entry);
+                            }
+                            let got = shard
+                                .pop_due(now, force)
+                                .map(|(trace_id, trace)| (trace.deadline, trace_id));
+                            prop_assert_eq!(got, expected);
+                            if got.is_none() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                prop_assert_eq!(shard.next_deadline(), model.first().map(|(d, _)| *d));
+                prop_assert_eq!(shard.traces.len(), model.len());
+            }
+        }
     }
 }

@@ -8,11 +8,32 @@
 //! its decision, so recency of insertion is what matters.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::OnceLock;
 
+use foldhash::SharedSeed;
+use foldhash::fast::SeedableRandomState;
 use tokio::time::Instant;
 
 use super::policy::ThresholdUpdate;
 use crate::otlp::TraceId;
+
+/// The hasher of the sampler's maps and sets keyed by trace id (or by a trace id's
+/// fingerprint), and of the choice of a trace's shard.
+pub type TraceIdHasher = SeedableRandomState;
+
+/// A keyed hasher for a new map of trace ids: foldhash, keyed from the operating system's
+/// randomness. Trace ids come from the network, so a map that they fill must not let a
+/// sender pick ids that collide (HashDoS): the key stays secret, as std's SipHash key
+/// does, while foldhash costs a fraction of SipHash on a 16-byte id, which was a
+/// measurable part of ingest (one hash per span) and of each decision. The seed shared by
+/// every map is drawn once per process from std's `RandomState` (itself keyed by the
+/// operating system), each map's own seed from a fresh `RandomState`.
+pub fn trace_id_hasher() -> TraceIdHasher {
+    static SHARED: OnceLock<SharedSeed> = OnceLock::new();
+    let shared = SHARED.get_or_init(|| SharedSeed::from_u64(RandomState::new().hash_one(0u64)));
+    SeedableRandomState::with_seed(RandomState::new().hash_one(1u64), shared)
+}
 
 /// What a kept trace's late spans must carry.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -40,10 +61,10 @@ pub enum Cached {
 /// The two decision caches of one buffer shard.
 #[derive(Debug)]
 pub struct DecisionCache {
-    kept: HashMap<TraceId, KeptDecision>,
+    kept: HashMap<TraceId, KeptDecision, TraceIdHasher>,
     kept_order: VecDeque<TraceId>,
     kept_capacity: usize,
-    not_kept: HashSet<u64>,
+    not_kept: HashSet<u64, TraceIdHasher>,
     not_kept_order: VecDeque<u64>,
     not_kept_capacity: usize,
 }
@@ -52,10 +73,10 @@ impl DecisionCache {
     /// Caches holding at most `kept_capacity` and `not_kept_capacity` traces (0 disables).
     pub fn new(kept_capacity: usize, not_kept_capacity: usize) -> Self {
         Self {
-            kept: HashMap::new(),
+            kept: HashMap::with_hasher(trace_id_hasher()),
             kept_order: VecDeque::new(),
             kept_capacity,
-            not_kept: HashSet::new(),
+            not_kept: HashSet::with_hasher(trace_id_hasher()),
             not_kept_order: VecDeque::new(),
             not_kept_capacity,
         }

@@ -58,7 +58,7 @@ pub use metrics::{EarlyReason, SamplerMetricFamilies, SamplerMetrics, SpanOutcom
 
 use std::collections::VecDeque;
 use std::collections::hash_map::Entry;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -67,8 +67,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use self::buffer::{Origin, PendingTrace, Shard};
-use self::cache::{Cached, KeptDecision};
+use self::buffer::{DeadlineKind, HeldSpan, Origin, PendingTrace, Shard};
+use self::cache::{Cached, KeptDecision, TraceIdHasher};
 use self::hand_off::HandOffLink;
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
 use self::threshold::Threshold;
@@ -148,7 +148,9 @@ pub struct TailSampler {
     settings: SamplerSettings,
     policies: PolicySet,
     shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    /// Chooses a trace's shard (keyed apart from the shards' maps, so that the traces of
+    /// one shard do not share their map's bucket bits).
+    hasher: TraceIdHasher,
     traces_held: AtomicUsize,
     /// Spans of pending traces.
     pending_spans: AtomicUsize,
@@ -199,6 +201,7 @@ struct LateSpan<'a> {
 }
 
 /// One span of a request being ingested: where it goes and what it came under.
+#[derive(Clone, Copy)]
 struct Incoming<'a> {
     /// The shard its trace id hashes to.
     shard: usize,
@@ -210,10 +213,17 @@ struct Incoming<'a> {
     span: &'a SpanView,
 }
 
-/// A decided trace on its way out of the buffer.
+/// What a trace not kept leaves to free: its arena, span index and origins.
+type TraceBuffers = (Vec<u8>, Vec<HeldSpan>, Vec<Arc<Origin>>);
+
+/// The traces decided under a round's shard locks, on their way out of the buffer.
+#[derive(Default)]
 struct Decided {
-    trace: PendingTrace,
-    kept: Option<KeptDecision>,
+    /// The kept traces, in decision order, with what their spans must carry.
+    kept: Vec<(PendingTrace, KeptDecision)>,
+    /// The buffers of the traces not kept, to free outside the shard locks: only the
+    /// buffers are moved there, not whole traces (most traces are not kept).
+    dropped: Vec<TraceBuffers>,
 }
 
 /// What a receiver holds to feed a sampler. When every clone is dropped (the receivers
@@ -301,7 +311,7 @@ impl TailSampler {
             settings,
             policies,
             shards,
-            hasher: RandomState::new(),
+            hasher: cache::trace_id_hasher(),
             traces_held: AtomicUsize::new(0),
             pending_spans: AtomicUsize::new(0),
             pending_bytes: AtomicUsize::new(0),
@@ -497,9 +507,9 @@ impl TailSampler {
             }
         }
         // Grouped by shard (each shard is locked once per request) and by trace within it
-        // (each trace is looked up once and its arena grown once); a stable sort keeps
-        // every trace's spans in arrival order.
-        spans.sort_by(|a, b| (a.shard, &a.span.trace_id.0).cmp(&(b.shard, &b.span.trace_id.0)));
+        // (each trace is looked up once and its arena grown once), every trace's spans in
+        // arrival order.
+        let spans = group_by_shard_and_trace(&spans, self.shards.len());
 
         let mut late = Vec::new();
         let mut forward = Vec::new();
@@ -612,7 +622,7 @@ impl TailSampler {
             match shard.traces.get_mut(&record.trace_id) {
                 Some(trace) => {
                     trace.imposed = Some(kept);
-                    shard.reschedule(record.trace_id, now);
+                    shard.reschedule(record.trace_id, now, DeadlineKind::Now);
                     due += 1;
                 }
                 None => shard.cache.insert_kept(record.trace_id, kept),
@@ -661,8 +671,10 @@ impl TailSampler {
         };
         let (now, not_before) = times;
         let trace_id = first.span.trace_id;
-        let entry = match shard.traces.entry(trace_id) {
-            Entry::Occupied(entry) => entry.into_mut(),
+        // A new trace's deadline is entered in the index once its spans are folded in, so
+        // that a trace arriving whole with its root is entered once, at its root deadline.
+        let (entry, new) = match shard.traces.entry(trace_id) {
+            Entry::Occupied(entry) => (entry.into_mut(), false),
             Entry::Vacant(vacant) => {
                 match shard.cache.get(&trace_id) {
                     Some(Cached::Kept(kept)) => {
@@ -691,14 +703,14 @@ impl TailSampler {
                     None => {}
                 }
                 let deadline = now + self.settings.decision_wait;
-                shard.deadlines.insert((deadline, trace_id));
                 self.traces_held.fetch_add(1, Ordering::Relaxed);
                 self.metrics.new_trace_id_received.inc();
-                vacant.insert(PendingTrace::new(
+                let trace = vacant.insert(PendingTrace::new(
                     self.policies.new_facts(trace_id),
                     now,
                     deadline,
-                ))
+                ));
+                (trace, true)
             }
         };
         entry.reserve(
@@ -707,7 +719,7 @@ impl TailSampler {
         );
         // The earliest deadline asked for by a root span or an oversized trace; deadlines
         // only ever move earlier here.
-        let mut earlier: Option<Instant> = None;
+        let mut earlier: Option<(Instant, DeadlineKind)> = None;
         for arrival in spans {
             let span = arrival.span;
             self.policies
@@ -717,8 +729,8 @@ impl TailSampler {
                 entry.root_seen = true;
                 if let Some(wait) = self.settings.decision_wait_after_root {
                     let due = not_before.map_or(now + wait, |at| at.max(now + wait));
-                    if due < earlier.unwrap_or(entry.deadline) {
-                        earlier = Some(due);
+                    if due < earlier.map_or(entry.deadline, |(at, _)| at) {
+                        earlier = Some((due, DeadlineKind::Root));
                     }
                 }
             }
@@ -729,7 +741,7 @@ impl TailSampler {
             if too_large && entry.early.is_none() {
                 entry.early = Some(EarlyReason::TraceTooLarge);
                 self.metrics.record_early(EarlyReason::TraceTooLarge);
-                earlier = Some(now);
+                earlier = Some((now, DeadlineKind::Now));
             }
         }
         let footprint = entry.footprint();
@@ -741,11 +753,23 @@ impl TailSampler {
         self.pending_bytes.fetch_add(grown, Ordering::Relaxed);
         self.budget.charge(grown);
         match earlier {
-            Some(due) => {
-                shard.reschedule(trace_id, due);
+            Some((due, kind)) => {
+                if new {
+                    entry.deadline = due;
+                    shard.deadlines.push(kind, due, trace_id);
+                } else {
+                    buffer::reschedule(&mut shard.deadlines, trace_id, entry, due, kind);
+                }
                 true
             }
-            None => false,
+            None => {
+                if new {
+                    shard
+                        .deadlines
+                        .push(DeadlineKind::FirstSpan, entry.deadline, trace_id);
+                }
+                false
+            }
         }
     }
 
@@ -816,13 +840,7 @@ impl TailSampler {
         let mut earliest: Vec<Instant> = Vec::new();
         for shard in 0..self.shards.len() {
             let shard = self.lock(shard);
-            earliest.extend(
-                shard
-                    .deadlines
-                    .iter()
-                    .take(n)
-                    .map(|(deadline, _)| *deadline),
-            );
+            earliest.extend(shard.deadlines_in_order().take(n));
         }
         if earliest.len() < n {
             return earliest.into_iter().max();
@@ -900,6 +918,7 @@ impl TailSampler {
         let started = Instant::now();
         let mut writer = TraceRequestWriter::new();
         let mut votes = Vec::new();
+        let mut thresholds = ThresholdWriter::default();
         loop {
             let now = Instant::now();
             // Over num_traces or under memory pressure, the oldest traces fall due now:
@@ -913,7 +932,7 @@ impl TailSampler {
             } else {
                 now
             };
-            let mut decided = Vec::new();
+            let mut decided = Decided::default();
             let mut progress = false;
             for shard_index in 0..self.shards.len() {
                 let mut shard = self.lock(shard_index);
@@ -930,18 +949,21 @@ impl TailSampler {
                         }
                     }
                     self.release(&trace);
-                    let kept = self.decide(&mut shard, trace_id, &trace, now, &mut votes);
-                    decided.push(Decided { trace, kept });
+                    match self.decide(&mut shard, trace_id, &trace, now, &mut votes) {
+                        Some(kept) => decided.kept.push((trace, kept)),
+                        None => decided
+                            .dropped
+                            .push((trace.arena, trace.spans, trace.origins)),
+                    }
                     progress = true;
                 }
             }
             self.publish_gauges();
-            for Decided { trace, kept } in decided {
-                if let Some(kept) = kept {
-                    self.write_trace(&mut writer, trace, kept);
-                    if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
-                        self.send(output, std::mem::take(&mut writer)).await;
-                    }
+            drop(decided.dropped);
+            for (trace, kept) in decided.kept {
+                self.write_trace(&mut writer, &mut thresholds, trace, kept);
+                if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
+                    self.send(output, std::mem::take(&mut writer)).await;
                 }
             }
             if !progress {
@@ -1040,10 +1062,12 @@ impl TailSampler {
         }
     }
 
-    /// Frames a kept trace's spans, writing its threshold and the deciding policy.
+    /// Frames a kept trace's spans, writing its threshold (through `thresholds`, shared
+    /// by the traces of a round) and the deciding policy.
     fn write_trace(
         &self,
         writer: &mut TraceRequestWriter,
+        thresholds: &mut ThresholdWriter,
         trace: PendingTrace,
         kept: KeptDecision,
     ) {
@@ -1058,7 +1082,7 @@ impl TailSampler {
         for span in &trace.spans {
             let origin = &trace.origins[span.origin as usize];
             let start = span.start as usize;
-            let bytes = output_span(
+            let bytes = thresholds.output_span(
                 arena.slice(start..start + span.len as usize),
                 kept.threshold,
             );
@@ -1081,6 +1105,7 @@ impl TailSampler {
         late.sort_by_key(|span| (span.origin, span.kept.policy));
         let mut writer = TraceRequestWriter::new();
         let mut scope: Option<(usize, usize, Bytes)> = None;
+        let mut thresholds = ThresholdWriter::default();
         for span in late {
             let origin = &origins[span.origin];
             let output_scope = match &scope {
@@ -1095,7 +1120,7 @@ impl TailSampler {
                     written
                 }
             };
-            let bytes = output_span(span.span.bytes.clone(), span.kept.threshold);
+            let bytes = thresholds.output_span(span.span.bytes.clone(), span.kept.threshold);
             writer.push(
                 &origin.resource,
                 &origin.resource_schema_url,
@@ -1335,6 +1360,57 @@ impl TailSampler {
     }
 }
 
+/// `spans` (in arrival order, each of a shard below `shards`) grouped by shard, then by
+/// trace id, each trace's spans in arrival order: the order of a stable sort by
+/// `(shard, trace id)`, at a fraction of its cost. Spans arrive in runs of one trace
+/// (an exporter writes a trace's spans of one resource together), so the runs are
+/// sorted rather than the spans: a counting sort places them by shard, and each shard's
+/// runs are sorted on compact `(trace id, first arrival index)` keys, which are
+/// distinct, so an unstable sort gives the stable order.
+fn group_by_shard_and_trace<'a>(spans: &[Incoming<'a>], shards: usize) -> Vec<Incoming<'a>> {
+    /// A run of consecutive spans of one trace: its sort key (the big-endian trace id,
+    /// which orders as the id's bytes do), where it starts, how many spans, its shard.
+    struct Run {
+        key: (u128, u32),
+        len: u32,
+        shard: usize,
+    }
+    let mut runs: Vec<Run> = Vec::new();
+    let mut bounds = vec![0usize; shards + 1];
+    for (index, span) in spans.iter().enumerate() {
+        let key = u128::from_be_bytes(span.span.trace_id.0);
+        match runs.last_mut() {
+            Some(run) if run.key.0 == key => run.len += 1,
+            _ => {
+                // Requests are capped far below 2^32 spans.
+                runs.push(Run {
+                    key: (key, index as u32),
+                    len: 1,
+                    shard: span.shard,
+                });
+                bounds[span.shard + 1] += 1;
+            }
+        }
+    }
+    for shard in 0..shards {
+        bounds[shard + 1] += bounds[shard];
+    }
+    let mut placed = vec![((0u128, 0u32), 0u32); runs.len()];
+    let mut next = bounds.clone();
+    for run in &runs {
+        placed[next[run.shard]] = (run.key, run.len);
+        next[run.shard] += 1;
+    }
+    for shard in 0..shards {
+        placed[bounds[shard]..bounds[shard + 1]].sort_unstable_by_key(|(key, _)| *key);
+    }
+    let mut grouped = Vec::with_capacity(spans.len());
+    for ((_, start), len) in placed {
+        grouped.extend_from_slice(&spans[start as usize..(start + len) as usize]);
+    }
+    grouped
+}
+
 /// Frames spans forwarded to the replica that owns their traces, unchanged, into one
 /// request (the one copy of their bytes; uncharged: the caller charges it).
 fn frame_forward(origins: &[Arc<Origin>], mut spans: Vec<ForwardSpan<'_>>) -> TraceBatch {
@@ -1355,18 +1431,44 @@ fn frame_forward(origins: &[Arc<Origin>], mut spans: Vec<ForwardSpan<'_>>) -> Tr
     TraceBatch::from(writer.finish())
 }
 
-/// A kept span's bytes as they leave: with `th` raised to the trace's threshold when it
-/// was kept by the probabilistic policy (equalizing: the threshold only rises).
-fn output_span(span: Bytes, update: ThresholdUpdate) -> Bytes {
-    let ThresholdUpdate::Raise(threshold) = update else {
-        return span;
-    };
-    let trace_state = rewrite::span_trace_state(&span).unwrap_or("");
-    let incoming = threshold::read_ot(trace_state).th;
-    if incoming.is_some_and(|th| th >= threshold) {
-        return span;
+/// Writes the threshold of kept traces on their spans, remembering the `trace_state`
+/// that a span which came without one gets (the same for every such span of a trace,
+/// and of every trace kept at the same threshold), so it is encoded once, not per span.
+#[derive(Default)]
+struct ThresholdWriter {
+    /// The last threshold written on a span without a `trace_state`, and what was written.
+    bare: Option<(Threshold, String)>,
+    /// Where rewritten spans are written (see [`rewrite::replace_span_trace_state`]).
+    chunk: BytesMut,
+}
+
+impl ThresholdWriter {
+    /// A kept span's bytes as they leave: with `th` raised to the trace's threshold when
+    /// it was kept by the probabilistic policy (equalizing: the threshold only rises).
+    fn output_span(&mut self, span: Bytes, update: ThresholdUpdate) -> Bytes {
+        let ThresholdUpdate::Raise(threshold) = update else {
+            return span;
+        };
+        let Some(field) = rewrite::find_span_trace_state(&span) else {
+            // Not well formed (the receiver's validation rules this out): left as it came.
+            return span;
+        };
+        if field.value.is_empty() {
+            let trace_state = match &self.bare {
+                Some((at, written)) if *at == threshold => written,
+                _ => {
+                    let written = threshold::with_threshold("", threshold);
+                    &self.bare.insert((threshold, written)).1
+                }
+            };
+            return rewrite::replace_span_trace_state(&span, &field, trace_state, &mut self.chunk);
+        }
+        let incoming = threshold::read_ot(field.value).th;
+        if incoming.is_some_and(|th| th >= threshold) {
+            return span;
+        }
+        let raised: Threshold = incoming.map_or(threshold, |th| th.max(threshold));
+        let trace_state = threshold::with_threshold(field.value, raised);
+        rewrite::replace_span_trace_state(&span, &field, &trace_state, &mut self.chunk)
     }
-    let raised: Threshold = incoming.map_or(threshold, |th| th.max(threshold));
-    let trace_state = threshold::with_threshold(trace_state, raised);
-    rewrite::set_span_trace_state(&span, &trace_state).unwrap_or(span)
 }

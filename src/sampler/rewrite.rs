@@ -1,6 +1,8 @@
 //! The few byte-level edits the sampler makes to kept data, without decoding it:
 //! setting a span's `trace_state`, and adding the deciding policy's name to a scope.
 
+use std::ops::Range;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// `Span.trace_state` (string).
@@ -36,8 +38,10 @@ pub fn set_span_trace_state(span: &[u8], trace_state: &str) -> Option<Bytes> {
 }
 
 /// The `trace_state` of an encoded `Span` body (the last occurrence, as protobuf reads
-/// it); `None` when there is none or the span is not well formed.
-pub fn span_trace_state(span: &[u8]) -> Option<&str> {
+/// it); `None` when there is none or the span is not well formed. The reference the
+/// tests hold [`find_span_trace_state`] to.
+#[cfg(test)]
+fn span_trace_state(span: &[u8]) -> Option<&str> {
     let mut found = None;
     let mut at = 0;
     while at < span.len() {
@@ -50,6 +54,79 @@ pub fn span_trace_state(span: &[u8]) -> Option<&str> {
         at = end;
     }
     found
+}
+
+/// Where the `trace_state` of an encoded `Span` body is, read in one walk of the span so
+/// that it can be replaced ([`replace_span_trace_state`]) without walking it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceStateField<'a> {
+    /// The value of the last `trace_state` field, as protobuf reads it ("" when there is
+    /// none, or when it is not UTF-8).
+    pub value: &'a str,
+    /// The bytes of the first `trace_state` field (key, length and value), if any.
+    first: Option<Range<usize>>,
+    /// True when the span has more than one `trace_state` field.
+    repeated: bool,
+}
+
+/// The `trace_state` of an encoded `Span` body and where it stands; `None` when the span
+/// is not well formed.
+pub fn find_span_trace_state(span: &[u8]) -> Option<TraceStateField<'_>> {
+    let mut field = TraceStateField {
+        value: "",
+        first: None,
+        repeated: false,
+    };
+    let mut at = 0;
+    while at < span.len() {
+        let (number, wire_type, end) = next_field(span, at)?;
+        if number == SPAN_TRACE_STATE && wire_type == 2 {
+            let (_key, after_key) = read_varint(span, at)?;
+            let (_len, after_len) = read_varint(span, after_key)?;
+            field.value = std::str::from_utf8(&span[after_len..end]).unwrap_or("");
+            if field.first.is_some() {
+                field.repeated = true;
+            } else {
+                field.first = Some(at..end);
+            }
+        }
+        at = end;
+    }
+    Some(field)
+}
+
+/// Rewritten spans are written into shared chunks of at least this many bytes (one
+/// allocation for a few hundred spans, not one per span).
+const REWRITE_CHUNK: usize = 64 * 1024;
+
+/// [`set_span_trace_state`] of a span whose `trace_state` was found by
+/// [`find_span_trace_state`] (`field`): the same bytes, written by copying what surrounds
+/// the old field instead of walking the span again. The result is a slice of `chunk`,
+/// which is replaced by a fresh chunk when it has no room left: the spans rewritten into
+/// one chunk share its allocation, which is freed when the last of them is.
+pub fn replace_span_trace_state(
+    span: &[u8],
+    field: &TraceStateField<'_>,
+    trace_state: &str,
+    chunk: &mut BytesMut,
+) -> Bytes {
+    if field.repeated {
+        return set_span_trace_state(span, trace_state)
+            .unwrap_or_else(|| Bytes::copy_from_slice(span));
+    }
+    let (before, after) = match &field.first {
+        Some(first) => (&span[..first.start], &span[first.end..]),
+        None => (span, &[][..]),
+    };
+    // The key is one byte; the length a varint of at most 10.
+    let len = before.len() + 11 + trace_state.len() + after.len();
+    if chunk.capacity() - chunk.len() < len {
+        *chunk = BytesMut::with_capacity(len.max(REWRITE_CHUNK));
+    }
+    chunk.extend_from_slice(before);
+    put_string_field(chunk, SPAN_TRACE_STATE, trace_state);
+    chunk.extend_from_slice(after);
+    chunk.split().freeze()
 }
 
 /// Returns `scope` (an encoded `InstrumentationScope` body) with one more string
@@ -86,7 +163,14 @@ fn put_varint(out: &mut BytesMut, mut value: u64) {
     out.put_u8(value as u8);
 }
 
+#[inline(always)]
 fn read_varint(buf: &[u8], mut at: usize) -> Option<(u64, usize)> {
+    // Field keys and most lengths in a span are one byte: read those without the loop
+    // (a kept span's fields are walked once per rewrite of its threshold).
+    let first = *buf.get(at)?;
+    if first < 0x80 {
+        return Some((u64::from(first), at + 1));
+    }
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
         let byte = *buf.get(at)?;
@@ -99,7 +183,10 @@ fn read_varint(buf: &[u8], mut at: usize) -> Option<(u64, usize)> {
     None
 }
 
-/// The field number, wire type and end offset of the field starting at `at`.
+/// The field number, wire type and end offset of the field starting at `at`. Always
+/// inlined: it is the body of the walk over every field of a kept span, where the call
+/// cost as much as the reading.
+#[inline(always)]
 fn next_field(buf: &[u8], at: usize) -> Option<(u32, u8, usize)> {
     let (key, after_key) = read_varint(buf, at)?;
     let field = u32::try_from(key >> 3).ok()?;
@@ -178,6 +265,47 @@ mod tests {
                 "unknown field kept"
             );
         }
+    }
+
+    /// Scenario: spans without a trace_state, with one, with two (invalid UTF-8 in the
+    /// last), among other fields, get a new trace_state by the one-walk path.
+    /// Guarantees: the value read is what `span_trace_state` reads, and the bytes written
+    /// are exactly those of `set_span_trace_state`; a malformed span is not read.
+    #[test]
+    fn one_walk_replacement_writes_what_set_span_trace_state_writes() {
+        let base = Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            name: "op".into(),
+            kind: 2,
+            ..Default::default()
+        };
+        let mut spans = Vec::new();
+        for old in ["", "ot=th:c;rv:0123456789abcd,vendor=x"] {
+            let mut encoded = Span {
+                trace_state: old.into(),
+                ..base.clone()
+            }
+            .encode_to_vec();
+            encoded.extend_from_slice(&[0xf8, 0x06, 0x2a]); // unknown field 111, varint 42
+            spans.push(encoded);
+        }
+        let mut twice = spans[1].clone();
+        twice.extend_from_slice(&[0x1a, 0x03, b'a', b'=', b'b']); // a second trace_state
+        spans.push(twice.clone());
+        twice.extend_from_slice(&[0x1a, 0x01, 0xff]); // a third, not UTF-8
+        spans.push(twice);
+        // A small chunk, so that the spans fill it and a fresh one is taken.
+        let mut chunk = BytesMut::with_capacity(100);
+        for span in &spans {
+            let field = find_span_trace_state(span).expect("well formed");
+            assert_eq!(Some(field.value), span_trace_state(span).or(Some("")));
+            assert_eq!(
+                replace_span_trace_state(span, &field, "ot=th:e666", &mut chunk),
+                set_span_trace_state(span, "ot=th:e666").expect("well formed"),
+            );
+        }
+        assert_eq!(find_span_trace_state(&[0x1a, 0x05, b'a']), None);
     }
 
     /// Scenario: a scope with attributes gets the deciding policy's name.

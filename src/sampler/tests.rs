@@ -921,3 +921,52 @@ async fn parsed_views_buffer_like_bytes() {
     assert_eq!(out_a.len(), 14);
     assert_eq!(out_a, out_b);
 }
+
+proptest! {
+    /// Scenario: the spans of a request, of traces whose ids differ in their first and
+    /// last bytes, spread over shards, in arbitrary arrival order, in runs of one trace
+    /// of one to three spans (a trace may have several runs).
+    /// Guarantees: they are grouped exactly as a stable sort by `(shard, trace id bytes)`
+    /// groups them: by shard, then by trace id, each trace's spans in arrival order.
+    #[test]
+    fn groups_spans_as_a_stable_sort_by_shard_and_trace_does(
+        runs in prop::collection::vec(((0u8..4, 0u8..4), 1usize..4), 0..60),
+    ) {
+        let shards = 5;
+        let arrivals: Vec<(u8, u8)> = runs
+            .iter()
+            .flat_map(|&(trace, len)| std::iter::repeat_n(trace, len))
+            .collect();
+        let views: Vec<crate::otlp::SpanView> = arrivals
+            .iter()
+            .enumerate()
+            .map(|(index, &(high, low))| {
+                let mut trace_id = [0u8; 16];
+                trace_id[0] = high;
+                trace_id[15] = low;
+                crate::otlp::SpanView {
+                    trace_id: TraceId(trace_id),
+                    span_id: crate::otlp::SpanId((index as u64).to_be_bytes()),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let incoming: Vec<Incoming<'_>> = views
+            .iter()
+            .enumerate()
+            .map(|(index, span)| Incoming {
+                shard: usize::from(span.trace_id.0[0] ^ span.trace_id.0[15]) % shards,
+                resource: index,
+                origin: index,
+                span,
+            })
+            .collect();
+        let mut expected = incoming.clone();
+        expected.sort_by(|a, b| (a.shard, &a.span.trace_id.0).cmp(&(b.shard, &b.span.trace_id.0)));
+        let got = group_by_shard_and_trace(&incoming, shards);
+        let arrival_order = |spans: &[Incoming<'_>]| -> Vec<usize> {
+            spans.iter().map(|span| span.resource).collect()
+        };
+        prop_assert_eq!(arrival_order(&got), arrival_order(&expected));
+    }
+}
