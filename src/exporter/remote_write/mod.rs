@@ -17,8 +17,8 @@
 //! core's (`exporter/core/`); this module adds translation, sharding and the protocol.
 //!
 //! Memory (DESIGN.md, decision 2): the translated series are charged to the memory budget
-//! (their measured in-memory size, see `shard.rs`) from translation until they are sent,
-//! failed or dropped, so the budget's gauge includes what the shard queues hold, and
+//! (their in-memory size, an upper bound, see `shard.rs`) from translation until they are
+//! sent, failed or dropped, so the budget's gauge includes what the shard queues hold, and
 //! admission refuses new data retryably while they fill it.
 //!
 //! Accounting (DESIGN.md, decision 3): every data point handed to [`export`] ends in
