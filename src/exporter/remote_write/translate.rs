@@ -246,11 +246,18 @@ impl<'b> Scratch<'b> {
         }
     }
 
-    /// The labels of `attributes`: sorted by name, unique, non-empty, attributes that map to
-    /// the same name joined with `;` in the order of their keys ([`attribute_labels`]).
-    fn attribute_labels(&mut self, attributes: &'b [KeyValue], out: &mut Vec<(&'b str, &'b str)>) {
+    /// Attributes as labels, appended to `out`: names sanitized, empty values dropped,
+    /// sorted by name, and the values of attributes that map to one name joined with `;` in
+    /// the order of their original keys.
+    fn attribute_labels(
+        &mut self,
+        attributes: impl IntoIterator<Item = &'b KeyValue>,
+        out: &mut Vec<(&'b str, &'b str)>,
+    ) {
         let start = out.len();
-        let mut keys: Vec<(&'b str, &'b str, &'b str)> = Vec::with_capacity(attributes.len());
+        let attributes = attributes.into_iter();
+        let mut keys: Vec<(&'b str, &'b str, &'b str)> =
+            Vec::with_capacity(attributes.size_hint().0);
         for kv in attributes {
             let value = self.label_value(kv.value.as_ref());
             if value.is_empty() {
@@ -558,7 +565,7 @@ fn translate_resource<'b>(
         job,
         instance,
         promoted: if options.resource_to_telemetry {
-            attribute_labels(attributes)
+            owned_attribute_labels(attributes, scratch)
         } else {
             BTreeMap::new()
         },
@@ -611,17 +618,13 @@ fn translate_resource<'b>(
         && let Some(timestamp) = latest_ms
         && (ctx.job.is_some() || ctx.instance.is_some())
     {
-        let others: Vec<KeyValue> = attributes
-            .iter()
-            .filter(|kv| {
-                !matches!(
-                    kv.key.as_str(),
-                    "service.name" | "service.namespace" | "service.instance.id"
-                )
-            })
-            .cloned()
-            .collect();
-        let mut labels = attribute_labels(&others);
+        let others = attributes.iter().filter(|kv| {
+            !matches!(
+                kv.key.as_str(),
+                "service.name" | "service.namespace" | "service.instance.id"
+            )
+        });
+        let mut labels = owned_attribute_labels(others, scratch);
         if !labels.is_empty() {
             set_identity(&mut labels, &ctx);
             add_absent(&mut labels, &options.external_labels);
@@ -1251,31 +1254,17 @@ pub(crate) fn format_float(f: f64) -> String {
     }
 }
 
-/// Attributes as labels: names sanitized, empty values dropped, and values of attributes
-/// that map to one name joined with `;` in the order of their original keys.
-fn attribute_labels(attributes: &[KeyValue]) -> BTreeMap<String, String> {
-    let mut named: Vec<(&str, String, String)> = attributes
-        .iter()
-        .filter_map(|kv| {
-            let value = any_value_string(kv.value.as_ref());
-            if value.is_empty() {
-                return None;
-            }
-            Some((kv.key.as_str(), sanitize_label_name(&kv.key)?, value))
-        })
-        .collect();
-    named.sort_by(|a, b| a.0.cmp(b.0));
-    let mut labels: BTreeMap<String, String> = BTreeMap::new();
-    for (_, name, value) in named {
-        labels
-            .entry(name)
-            .and_modify(|v| {
-                v.push(';');
-                v.push_str(&value);
-            })
-            .or_insert(value);
-    }
+/// [`Scratch::attribute_labels`] as owned strings, for the labels made once per resource.
+fn owned_attribute_labels<'b>(
+    attributes: impl IntoIterator<Item = &'b KeyValue>,
+    scratch: &mut Scratch<'b>,
+) -> BTreeMap<String, String> {
+    let mut labels = Vec::new();
+    scratch.attribute_labels(attributes, &mut labels);
     labels
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
 }
 
 /// An attribute value as a label value: strings as-is, other scalars in their usual text,

@@ -698,6 +698,34 @@ fn attribute_values_as_strings() {
     }
 }
 
+/// The reference for [`Scratch::attribute_labels`], with owned strings: names sanitized,
+/// empty values dropped, and values of attributes that map to one name joined with `;` in
+/// the order of their original keys.
+fn attribute_labels(attributes: &[KeyValue]) -> BTreeMap<String, String> {
+    let mut named: Vec<(&str, String, String)> = attributes
+        .iter()
+        .filter_map(|kv| {
+            let value = any_value_string(kv.value.as_ref());
+            if value.is_empty() {
+                return None;
+            }
+            Some((kv.key.as_str(), sanitize_label_name(&kv.key)?, value))
+        })
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(b.0));
+    let mut labels: BTreeMap<String, String> = BTreeMap::new();
+    for (_, name, value) in named {
+        labels
+            .entry(name)
+            .and_modify(|v| {
+                v.push(';');
+                v.push_str(&value);
+            })
+            .or_insert(value);
+    }
+    labels
+}
+
 /// Scenario: attribute sets with duplicate keys, keys that sanitize to one name (`a.b`,
 /// `a_b`, `a-b`), empty and non-string values, reserved, digit-first, unicode and
 /// underscore-only keys, read through the per-request scratch (its name cache warm on the
