@@ -1000,14 +1000,41 @@ fn walk_msg(msg: Msg, r: &mut Reader<'_>, ctx: u32, path: &Path<'_>) -> Result<(
 /// time before the full validation.
 #[inline]
 fn is_utf8(bytes: &[u8]) -> bool {
-    // Short strings (keys, most values): one OR over the bytes, which the compiler turns
-    // into a few vector instructions without a branch per byte.
     let ascii = if bytes.len() <= 64 {
-        bytes.iter().fold(0u8, |seen, &b| seen | b) < 0x80
+        is_short_ascii(bytes)
     } else {
         bytes.is_ascii()
     };
     ascii || std::str::from_utf8(bytes).is_ok()
+}
+
+/// True when every byte of `bytes` is ASCII, for the short strings most keys and values
+/// are: the bytes are OR-ed together as whole 8-, 4- or 2-byte words, the last word
+/// overlapping the one before, so a string costs a few loads and no loop per byte (a
+/// byte-wise OR compiled to a vector loop with a scalar tail that cost more than the
+/// loads on strings under 32 bytes).
+#[inline]
+fn is_short_ascii(bytes: &[u8]) -> bool {
+    const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+    if let Some(last) = bytes.last_chunk::<8>() {
+        let (words, _) = bytes.as_chunks::<8>();
+        let seen = words.iter().fold(u64::from_le_bytes(*last), |seen, word| {
+            seen | u64::from_le_bytes(*word)
+        });
+        return seen & HIGH_BITS == 0;
+    }
+    let seen = match (bytes.first_chunk::<4>(), bytes.last_chunk::<4>()) {
+        (Some(first), Some(last)) => {
+            u64::from(u32::from_le_bytes(*first) | u32::from_le_bytes(*last))
+        }
+        _ => match (bytes.first_chunk::<2>(), bytes.last_chunk::<2>()) {
+            (Some(first), Some(last)) => {
+                u64::from(u16::from_le_bytes(*first) | u16::from_le_bytes(*last))
+            }
+            _ => bytes.first().map_or(0, |&b| u64::from(b)),
+        },
+    };
+    seen & HIGH_BITS == 0
 }
 
 /// True when `$field` reads every field of `$body` as plain; returns false from the
@@ -1048,6 +1075,9 @@ fn is_plain_key_value(body: &[u8], ctx: u32) -> bool {
     if ctx == 0 {
         return false;
     }
+    if is_short_string_pair(body) {
+        return true;
+    }
     all_fields_plain!(body, pos, key => match key {
         // key
         0x0A => plain_len(body, &mut pos).is_some_and(is_utf8),
@@ -1057,6 +1087,32 @@ fn is_plain_key_value(body: &[u8], ctx: u32) -> bool {
         0x18 => plain_varint(body, &mut pos).is_some(),
         _ => false,
     })
+}
+
+/// True when `body` is exactly the commonest attribute: a `KeyValue` of a `key` and a
+/// `value` holding a `string_value`, in that order, both ASCII, the whole under 128 bytes
+/// (`0A k <key> 12 v 0A s <string>`). Every tag and one-byte length of that shape is
+/// ASCII too, so one ASCII check over the whole body stands for both strings' UTF-8
+/// checks. False says nothing: other bodies are read field by field.
+#[inline]
+fn is_short_string_pair(body: &[u8]) -> bool {
+    let len = body.len();
+    let [0x0A, key_len, ..] = *body else {
+        return false;
+    };
+    let value_at = 2 + usize::from(key_len);
+    let shape = len < 0x80
+        && value_at + 4 <= len
+        && body[value_at] == 0x12
+        && usize::from(body[value_at + 1]) == len - value_at - 2
+        && body[value_at + 2] == 0x0A
+        && usize::from(body[value_at + 3]) == len - value_at - 4;
+    shape
+        && if len <= 64 {
+            is_short_ascii(body)
+        } else {
+            body.is_ascii()
+        }
 }
 
 /// True when `body` is an `AnyValue` with only one-byte keys of its string, bool, int,
@@ -1115,6 +1171,28 @@ fn plain_len<'b>(buf: &'b [u8], pos: &mut usize) -> Option<&'b [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Scenario: every string of 0 to 70 bytes that is ASCII but for at most one byte,
+    /// that byte (0x7F, 0x80 or 0xFF) at each position in turn.
+    /// Guarantees: the word-wise check agrees with `is_ascii` on each.
+    #[test]
+    fn short_ascii_check_agrees_with_is_ascii() {
+        for len in 0..=70usize {
+            let plain = vec![b'a'; len];
+            assert!(is_short_ascii(&plain), "{len} ASCII bytes");
+            for at in 0..len {
+                for odd in [0x7F, 0x80, 0xFF] {
+                    let mut bytes = plain.clone();
+                    bytes[at] = odd;
+                    assert_eq!(
+                        is_short_ascii(&bytes),
+                        bytes.is_ascii(),
+                        "{len} bytes, {odd:#x} at {at}"
+                    );
+                }
+            }
+        }
+    }
 
     /// Scenario: ids are printed.
     /// Guarantees: Display is lowercase hex of the exact bytes, Debug names the type.
@@ -1265,6 +1343,44 @@ mod tests {
                 }
                 if is_plain_key_value(&body, ctx) {
                     prop_assert!(table_walk_accepts(&body, ctx), "plain but refused: {body:?}");
+                }
+            }
+
+            /// Scenario: `KeyValue` bodies of a string key and a string value (ASCII or
+            /// not, up to 70 bytes each), whole and with bytes flipped or cut off.
+            /// Guarantees: whatever the one-check shape calls a string pair, the table walk
+            /// accepts; every whole pair of ASCII strings under 128 bytes in all is one.
+            #[test]
+            fn string_pairs_are_accepted_by_the_table_walk(
+                key in "[ -~]{0,70}|.{0,20}",
+                value in "[ -~]{0,70}|.{0,20}",
+                flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+                cut in prop::option::of(any::<usize>()),
+            ) {
+                let kv = KeyValue {
+                    key,
+                    value: Some(AnyValue { value: Some(any_value::Value::StringValue(value)) }),
+                    key_strindex: 0,
+                };
+                let whole = kv.encode_to_vec();
+                let ascii = kv.key.is_ascii()
+                    && matches!(&kv.value, Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }) if v.is_ascii());
+                if ascii && whole.len() < 128 && !kv.key.is_empty() {
+                    prop_assert!(is_short_string_pair(&whole), "{kv:?}");
+                }
+                prop_assert!(!is_short_string_pair(&whole) || table_walk_accepts(&whole, 1));
+                let mut body = whole;
+                for (at, mask) in &flips {
+                    if !body.is_empty() {
+                        let i = at % body.len();
+                        body[i] ^= mask;
+                    }
+                }
+                if let Some(cut) = cut {
+                    body.truncate(cut % (body.len() + 1));
+                }
+                if is_short_string_pair(&body) {
+                    prop_assert!(table_walk_accepts(&body, 1), "pair but refused: {body:?}");
                 }
             }
         }
