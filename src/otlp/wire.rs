@@ -1075,7 +1075,7 @@ fn is_plain_key_value(body: &[u8], ctx: u32) -> bool {
     if ctx == 0 {
         return false;
     }
-    if is_short_string_pair(body) {
+    if is_common_attribute(body) {
         return true;
     }
     all_fields_plain!(body, pos, key => match key {
@@ -1089,30 +1089,50 @@ fn is_plain_key_value(body: &[u8], ctx: u32) -> bool {
     })
 }
 
-/// True when `body` is exactly the commonest attribute: a `KeyValue` of a `key` and a
-/// `value` holding a `string_value`, in that order, both ASCII, the whole under 128 bytes
-/// (`0A k <key> 12 v 0A s <string>`). Every tag and one-byte length of that shape is
-/// ASCII too, so one ASCII check over the whole body stands for both strings' UTF-8
-/// checks. False says nothing: other bodies are read field by field.
+/// True when `body` is exactly one of the commonest attributes: a `KeyValue` of a `key`
+/// and a `value` holding a `string_value`, `bool_value` or `int_value`, in that order,
+/// the key and string ASCII, the whole under 128 bytes (`0A k <key> 12 v 0A s <string>`,
+/// `... 12 v 10 <varint>`, `... 12 v 18 <varint>`). Every tag and one-byte length of
+/// that shape is ASCII too, so one ASCII check over the body up to the value's field
+/// (over all of it for a string) stands for the strings' UTF-8 checks. False says
+/// nothing: other bodies are read field by field.
 #[inline]
-fn is_short_string_pair(body: &[u8]) -> bool {
+fn is_common_attribute(body: &[u8]) -> bool {
     let len = body.len();
     let [0x0A, key_len, ..] = *body else {
         return false;
     };
     let value_at = 2 + usize::from(key_len);
     let shape = len < 0x80
-        && value_at + 4 <= len
+        && value_at + 3 <= len
         && body[value_at] == 0x12
-        && usize::from(body[value_at + 1]) == len - value_at - 2
-        && body[value_at + 2] == 0x0A
-        && usize::from(body[value_at + 3]) == len - value_at - 4;
-    shape
-        && if len <= 64 {
-            is_short_ascii(body)
-        } else {
-            body.is_ascii()
+        && usize::from(body[value_at + 1]) == len - value_at - 2;
+    if !shape {
+        return false;
+    }
+    let value = &body[value_at + 2..];
+    match value {
+        [0x0A, string_len, ..] => {
+            usize::from(*string_len) == value.len() - 2 && is_ascii_up_to_127(body)
         }
+        [0x10 | 0x18, ..] => {
+            let mut pos = 1;
+            plain_varint(value, &mut pos).is_some()
+                && pos == value.len()
+                && is_short_ascii(&body[..value_at + 3])
+        }
+        _ => false,
+    }
+}
+
+/// [`is_short_ascii`] up to 64 bytes, the standard library's word-wise check above.
+#[inline]
+fn is_ascii_up_to_127(bytes: &[u8]) -> bool {
+    if bytes.len() <= 64 {
+        is_short_ascii(bytes)
+    } else {
+        bytes.is_ascii()
+    }
 }
 
 /// True when `body` is an `AnyValue` with only one-byte keys of its string, bool, int,
@@ -1346,29 +1366,37 @@ mod tests {
                 }
             }
 
-            /// Scenario: `KeyValue` bodies of a string key and a string value (ASCII or
-            /// not, up to 70 bytes each), whole and with bytes flipped or cut off.
-            /// Guarantees: whatever the one-check shape calls a string pair, the table walk
-            /// accepts; every whole pair of ASCII strings under 128 bytes in all is one.
+            /// Scenario: `KeyValue` bodies of a string key and a string, bool or int value
+            /// (strings ASCII or not, up to 70 bytes each), whole and with bytes flipped or
+            /// cut off.
+            /// Guarantees: whatever the one-check shape calls common, the table walk
+            /// accepts; every whole such attribute with a non-empty key, ASCII strings and
+            /// under 128 bytes in all is common.
             #[test]
-            fn string_pairs_are_accepted_by_the_table_walk(
+            fn common_attributes_are_accepted_by_the_table_walk(
                 key in "[ -~]{0,70}|.{0,20}",
-                value in "[ -~]{0,70}|.{0,20}",
+                value in prop_oneof![
+                    "[ -~]{0,70}|.{0,20}".prop_map(any_value::Value::StringValue),
+                    any::<bool>().prop_map(any_value::Value::BoolValue),
+                    any::<i64>().prop_map(any_value::Value::IntValue),
+                ],
                 flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
                 cut in prop::option::of(any::<usize>()),
             ) {
+                let ascii = match &value {
+                    any_value::Value::StringValue(v) => v.is_ascii(),
+                    _ => true,
+                } && key.is_ascii();
                 let kv = KeyValue {
                     key,
-                    value: Some(AnyValue { value: Some(any_value::Value::StringValue(value)) }),
+                    value: Some(AnyValue { value: Some(value) }),
                     key_strindex: 0,
                 };
                 let whole = kv.encode_to_vec();
-                let ascii = kv.key.is_ascii()
-                    && matches!(&kv.value, Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }) if v.is_ascii());
                 if ascii && whole.len() < 128 && !kv.key.is_empty() {
-                    prop_assert!(is_short_string_pair(&whole), "{kv:?}");
+                    prop_assert!(is_common_attribute(&whole), "{kv:?}");
                 }
-                prop_assert!(!is_short_string_pair(&whole) || table_walk_accepts(&whole, 1));
+                prop_assert!(!is_common_attribute(&whole) || table_walk_accepts(&whole, 1));
                 let mut body = whole;
                 for (at, mask) in &flips {
                     if !body.is_empty() {
@@ -1379,8 +1407,8 @@ mod tests {
                 if let Some(cut) = cut {
                     body.truncate(cut % (body.len() + 1));
                 }
-                if is_short_string_pair(&body) {
-                    prop_assert!(table_walk_accepts(&body, 1), "pair but refused: {body:?}");
+                if is_common_attribute(&body) {
+                    prop_assert!(table_walk_accepts(&body, 1), "common but refused: {body:?}");
                 }
             }
         }
