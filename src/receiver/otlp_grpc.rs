@@ -211,7 +211,8 @@ where
             // Admission before the message is read or decoded: only its frame header.
             let (parts, body) = request.into_parts();
             let mut body = Peeked::new(body);
-            let (least, most) = match body.frame_header().await {
+            let header = body.frame_header().await;
+            let (least, most) = match header {
                 // Over the maximum: refused without reading it, as not retryable.
                 Some((_, len)) if len > max_message_size => {
                     let error = PipelineError::MessageTooLarge {
@@ -237,7 +238,11 @@ where
                 reservation: Some(reservation),
                 handled: handled.clone(),
             };
-            let mut grpc = tonic::server::Grpc::new(RawRequestCodec::<I::Response>::default())
+            let codec = match header {
+                Some((false, len)) => RawRequestCodec::for_message(len),
+                _ => RawRequestCodec::default(),
+            };
+            let mut grpc = tonic::server::Grpc::new(codec)
                 .accept_compressed(CompressionEncoding::Gzip)
                 .accept_compressed(CompressionEncoding::Zstd)
                 // Answers go uncompressed whatever the client accepts: an OTLP answer is a
@@ -421,11 +426,35 @@ impl<B: Body> Body for Peeked<B> {
 
 /// Decodes a request message as its bytes; encodes the response `R` with prost.
 #[derive(Debug)]
-struct RawRequestCodec<R>(std::marker::PhantomData<fn() -> R>);
+struct RawRequestCodec<R> {
+    /// The first size of tonic's buffer for the request's frames; tonic's default when
+    /// `None`.
+    read_buffer: Option<usize>,
+    response: std::marker::PhantomData<fn() -> R>,
+}
 
 impl<R> Default for RawRequestCodec<R> {
+    /// tonic's own first buffer size (8 KiB), grown as frames arrive.
     fn default() -> Self {
-        Self(std::marker::PhantomData)
+        Self {
+            read_buffer: None,
+            response: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<R> RawRequestCodec<R> {
+    /// For an uncompressed message of `len` bytes (its frame header read ahead). tonic
+    /// copies the frames into its buffer, then reserves `len` bytes more than it holds
+    /// for the message; grown from 8 KiB, that took a reallocation and a second copy of
+    /// the message whenever it had all arrived. A buffer of the header and twice `len`
+    /// is what that growth ends with anyway, allocated once. (Admission has reserved
+    /// `len` against the memory budget, and `len` is within the maximum message size.)
+    fn for_message(len: usize) -> Self {
+        Self {
+            read_buffer: Some(FRAME_HEADER_LEN + 2 * len),
+            ..Self::default()
+        }
     }
 }
 
@@ -443,17 +472,31 @@ where
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        BytesDecoder
+        BytesDecoder {
+            read_buffer: self.read_buffer,
+        }
     }
 }
 
 /// Yields a gRPC message's bytes as they arrived (after decompression).
-#[derive(Clone, Copy, Debug, Default)]
-struct BytesDecoder;
+#[derive(Clone, Copy, Debug)]
+struct BytesDecoder {
+    /// See [`RawRequestCodec`].
+    read_buffer: Option<usize>,
+}
 
 impl Decoder for BytesDecoder {
     type Item = Bytes;
     type Error = tonic::Status;
+
+    fn buffer_settings(&self) -> BufferSettings {
+        match self.read_buffer {
+            // Decoding reads only the buffer size; the yield threshold (tonic's default,
+            // 32 KiB) is the encoder's.
+            Some(size) => BufferSettings::new(size, 32 * 1024),
+            None => BufferSettings::default(),
+        }
+    }
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
         let len = src.remaining();
