@@ -523,6 +523,28 @@ impl<'b> Reader<'b> {
         Ok(start..self.pos)
     }
 
+    /// Moves past the field `key` (just read) when it is a `KeyValue` message field that
+    /// [`checked_message`] would accept at budget `ctx` through [`is_plain_key_value`],
+    /// and returns true; otherwise moves nothing and returns false, so that the full
+    /// check reads the field and finds any error with its path. The same length and
+    /// bounds rules as [`message_field`], without the path and error plumbing.
+    #[inline(always)]
+    fn skip_plain_attribute(&mut self, key: Key, ctx: u32) -> bool {
+        // `message_field` needs `ctx` above 0, the body's fields get `ctx - 1`.
+        if key.wire_type != LEN || ctx < 2 {
+            return false;
+        }
+        let mut pos = self.pos;
+        let Some(body) = plain_len(&self.buf[..self.end], &mut pos) else {
+            return false;
+        };
+        if !is_plain_key_value(body, ctx - 1) {
+            return false;
+        }
+        self.pos = pos;
+        true
+    }
+
     fn sub(&self, range: &Range) -> Reader<'b> {
         Reader {
             buf: self.buf,
@@ -798,9 +820,13 @@ fn walk_span(r: &mut Reader<'_>, ctx: u32, path: &Path<'_>) -> Result<RawSpan, W
                 span.end = fixed64_field(r, key, &path)?;
             }
             9 => {
-                let seg = Seg::Index("attributes", attributes);
+                // The common attribute is read without building its path, which only an
+                // error needs; anything else is read again by the full check.
+                if !r.skip_plain_attribute(key, ctx) {
+                    let seg = Seg::Index("attributes", attributes);
+                    checked_message(r, key, ctx, path, seg, Msg::KeyValue)?;
+                }
                 attributes += 1;
-                checked_message(r, key, ctx, path, seg, Msg::KeyValue)?;
             }
             11 => {
                 let seg = Seg::Index("events", events);
