@@ -1095,15 +1095,16 @@ macro_rules! all_fields_plain {
 /// Called where a `KeyValue` body is about to be walked, not inside [`walk_msg`]: there,
 /// the call and frame of `walk_msg` for each attribute cost 7 % more instructions on the
 /// whole walk.
-#[inline]
+#[inline(always)]
 fn is_plain_key_value(body: &[u8], ctx: u32) -> bool {
     // The value is a nested message: `message_field` refuses it at budget 0.
-    if ctx == 0 {
-        return false;
-    }
-    if is_common_attribute(body) {
-        return true;
-    }
+    ctx != 0 && (is_common_attribute(body) || are_plain_key_value_fields(body))
+}
+
+/// [`is_plain_key_value`] past its commonest shape, field by field. Kept out of line, so
+/// that the common shape is checked inline without a call and its register saves.
+#[inline(never)]
+fn are_plain_key_value_fields(body: &[u8]) -> bool {
     all_fields_plain!(body, pos, key => match key {
         // key
         0x0A => plain_len(body, &mut pos).is_some_and(is_utf8),
