@@ -23,20 +23,22 @@ use super::scalar::{
     status_code, string, u32_, u64_,
 };
 
-/// Transcodes the JSON `ExportTraceServiceRequest` in `json`.
+/// Transcodes the JSON `ExportTraceServiceRequest` in `json`; returns the protobuf and the
+/// number of spans it holds.
 ///
 /// # Errors
 ///
 /// The first problem found, as [`super::JsonError`].
-pub(super) fn transcode(json: &[u8]) -> R<Vec<u8>> {
+pub(super) fn transcode(json: &[u8]) -> R<(Vec<u8>, usize)> {
     let arena = Bump::new();
     let doc = Doc::parse(json, &arena)?;
     let mut w = Writer {
         doc: &doc,
         out: Vec::with_capacity(json.len() / 2),
+        spans: 0,
     };
     w.request(doc.root(), &P::ROOT)?;
-    Ok(w.out)
+    Ok((w.out, w.spans))
 }
 
 const VARINT: u32 = 0;
@@ -121,6 +123,8 @@ type WriteFn<'d, 'a> = fn(&mut Writer<'d, 'a>, &'d Node<'a>, &P<'_>) -> R<()>;
 struct Writer<'d, 'a> {
     doc: &'d Doc<'a>,
     out: Vec<u8>,
+    /// Spans written so far.
+    spans: usize,
 }
 
 impl<'d, 'a> Writer<'d, 'a> {
@@ -427,6 +431,7 @@ impl<'d, 'a> Writer<'d, 'a> {
         self.uint32(14, dropped_links, path, F[14].0)?;
         self.optional(15, status, path, F[15].0, Self::status)?;
         self.fixed32(16, flags);
+        self.spans += 1;
         Ok(())
     }
 
