@@ -6,7 +6,10 @@
 //! with a prost decode), count its items, and admit it into every pipeline the receiver
 //! feeds. Spans are not decoded into objects. When a tail sampler is among those
 //! pipelines, the validating walk is the parse that yields the span views, and the
-//! sampler takes the views: each request is walked once.
+//! sampler takes the views: each request is walked once. A traces request transcoded from
+//! OTLP/JSON is valid by construction and comes with its span count, so it is not
+//! validated again; its views, when wanted, are read by the skim
+//! ([`crate::payload::Payload::inspect_vouched`]).
 //!
 //! Admission, on both transports and in this order, before a request body is read:
 //!
