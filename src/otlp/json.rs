@@ -27,6 +27,16 @@ mod structs;
 mod traces;
 
 pub use path::JsonError;
+
+/// An OTLP/JSON `ExportTraceServiceRequest` transcoded to protobuf
+/// ([`transcode_traces_json`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TranscodedTraces {
+    /// The protobuf encoding: the bytes prost would encode the request as.
+    pub request: Vec<u8>,
+    /// How many spans `request` holds.
+    pub spans: usize,
+}
 #[cfg(test)]
 pub(super) use structs::traces_oracle::traces_oracle;
 
@@ -44,7 +54,25 @@ pub(super) use structs::traces_oracle::traces_oracle;
 /// problems, the one reported is the first met walking the request depth first, each
 /// message's fields in the order the proto declares them (a oneof's members first).
 pub fn traces_json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, JsonError> {
-    traces::transcode(json)
+    transcode_traces_json(json).map(|transcoded| transcoded.request)
+}
+
+/// [`traces_json_to_protobuf`], with the spans counted as they are written.
+///
+/// Contract (what the receiver relies on to skip its validating walk of the output): the
+/// request is valid by construction, so [`crate::otlp::parse_traces_request`] accepts it
+/// and finds exactly `spans` spans, the views [`crate::otlp::skim_traces_request`] reads
+/// from it are that walk's, and no string needs UTF-8 correction. Every value written is
+/// checked or built here: strings come from the JSON text (UTF-8, as serde_json accepts
+/// it), ids are exactly 16 or 8 bytes or absent, nesting stays within the wire reader's
+/// limit, and lengths are computed from what was written.
+///
+/// # Errors
+///
+/// As [`traces_json_to_protobuf`].
+pub fn transcode_traces_json(json: &[u8]) -> Result<TranscodedTraces, JsonError> {
+    let (request, spans) = traces::transcode(json)?;
+    Ok(TranscodedTraces { request, spans })
 }
 
 /// Transcodes an OTLP/JSON `ExportMetricsServiceRequest` to its protobuf encoding, by the

@@ -74,8 +74,8 @@ pub(crate) fn one_scope_request(
 
 pub use frame::{FramedRequest, TraceRequestWriter, split_batch};
 pub use json::{
-    JsonError, export_trace_response_json, metrics_json_to_protobuf, status_json,
-    traces_json_to_protobuf,
+    JsonError, TranscodedTraces, export_trace_response_json, metrics_json_to_protobuf, status_json,
+    traces_json_to_protobuf, transcode_traces_json,
 };
 pub use metrics::{MetricsError, count_data_points, decode_metrics_request, metric_points};
 pub use skim::{parse_validated_traces_request, skim_traces_request};

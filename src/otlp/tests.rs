@@ -1699,3 +1699,114 @@ fn json_edge_cases_match_the_prost_walk() {
         Ok(pb)
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The transcoder vouches for its output: the receiver does not validate it again.
+
+/// When the transcoder accepts `json`: the validating walk accepts its output and finds
+/// exactly the spans the transcoder counted, and the skim reads the walk's views. Returns
+/// whether the transcoder accepted it.
+fn assert_vouched(json: &str) -> bool {
+    let Ok(transcoded) = transcode_traces_json(json.as_bytes()) else {
+        return false;
+    };
+    let bytes = Bytes::from(transcoded.request.clone());
+    let views = parse_traces_request(&bytes)
+        .unwrap_or_else(|e| panic!("the walk refuses the transcoder's output ({e}): {json}"));
+    let spans: usize = views
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len())
+        .sum();
+    assert_eq!(spans, transcoded.spans, "{json}");
+    assert_eq!(count_spans(&bytes).ok(), Some(transcoded.spans), "{json}");
+    assert_eq!(skim_traces_request(&bytes), Some(views), "{json}");
+    assert_eq!(
+        traces_json_to_protobuf(json.as_bytes()).ok(),
+        Some(transcoded.request)
+    );
+    true
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Scenario: the JSON of an arbitrary request, as is (camelCase or snake_case keys) or
+    /// with one to three mutations (junk values, keys given twice, snake_case renames).
+    /// Guarantees: whatever the transcoder accepts, the validating walk accepts too, with
+    /// exactly the span count the transcoder reports, and the skim reads the walk's views:
+    /// the contract that lets the receiver skip validating the transcoder's output.
+    #[test]
+    fn transcoder_output_is_valid_with_the_counted_spans(
+        req in request(),
+        numbers in any::<bool>(),
+        snake_keys in any::<bool>(),
+        mutations in prop::collection::vec(json_mutation(), 0..4),
+    ) {
+        let mut v = ToJson { numbers }.request(&req);
+        let mut text = v.to_string();
+        if snake_keys {
+            for key in KEYS {
+                text = text.replace(&format!("\"{key}\":"), &format!("\"{}\":", snake(key)));
+            }
+        }
+        let accepted = assert_vouched(&text);
+        if mutations.is_empty() {
+            prop_assert!(accepted, "{}", text);
+        }
+        for m in &mutations {
+            text = mutate_json(&mut v, m);
+            if let Ok(next) = serde_json::from_str(&text) {
+                v = next;
+            }
+            assert_vouched(&text);
+        }
+    }
+}
+
+/// Scenario: attribute values nested in arrays and in key-value lists, one level more each
+/// time, up to and past the deepest JSON serde_json takes (128 levels); empty requests and
+/// spans; ids absent, empty and null; escaped strings.
+/// Guarantees: every body the transcoder accepts passes the validating walk (within its
+/// nesting limit) with the spans the transcoder counted.
+#[test]
+fn transcoder_output_is_valid_at_the_edges() {
+    let span = |body: &str| {
+        format!(r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{body},{{}}]}}]}},{{}}]}}"#)
+    };
+    let mut refused = 0;
+    for levels in 1..=45 {
+        let array = format!(
+            "{}{{\"stringValue\":\"x\"}}{}",
+            "{\"arrayValue\":{\"values\":[".repeat(levels),
+            "]}}".repeat(levels)
+        );
+        let kvlist = format!(
+            "{}{{\"intValue\":\"1\"}}{}",
+            "{\"kvlistValue\":{\"values\":[{\"key\":\"k\",\"value\":".repeat(levels),
+            "}]}}".repeat(levels)
+        );
+        for value in [array, kvlist] {
+            let json = span(&format!(
+                r#"{{"attributes":[{{"key":"k","value":{value}}}]}}"#
+            ));
+            if !assert_vouched(&json) {
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "the deepest bodies reach serde_json's limit");
+    for json in [
+        "{}".to_owned(),
+        r#"{"resourceSpans":[]}"#.to_owned(),
+        r#"{"resourceSpans":[{"scopeSpans":[]}]}"#.to_owned(),
+        span("{}"),
+        span(r#"{"traceId":"","spanId":null,"parentSpanId":""}"#),
+        span(r#"{"name":"a\"\\\u00e9\ud83d\ude00","traceState":"x\ty"}"#),
+        span(
+            r#"{"traceId":"0102030405060708090A0B0C0D0E0F10","spanId":"0102030405060708","links":[{"traceId":"0102030405060708090a0b0c0d0e0f10"}]}"#,
+        ),
+    ] {
+        assert!(assert_vouched(&json), "{json}");
+    }
+}

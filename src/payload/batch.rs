@@ -118,6 +118,18 @@ pub struct Inspected<V> {
     pub corrected: Option<crate::otlp::CorrectedRequest>,
 }
 
+/// An OTLP/JSON request transcoded to protobuf at the edge ([`Payload::json_to_protobuf`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transcoded {
+    /// The protobuf encoding.
+    pub request: Vec<u8>,
+    /// `Some(items)` when the transcoder vouches for its output: the validating walk
+    /// ([`Payload::inspect`]) accepts it as it is, finding exactly `items` items, so the
+    /// receiver inspects it with [`Payload::inspect_vouched`] instead of validating it
+    /// again. `None`: it is inspected like any request from the network.
+    pub vouched_items: Option<usize>,
+}
+
 /// What the signal-generic stages (receivers' intake, batcher, exporters, fan-out) need of
 /// a batch: an encoded OTLP request whose repeated top-level field makes concatenation a
 /// merge.
@@ -137,12 +149,27 @@ pub trait Payload: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// [`PipelineError::Malformed`] when the bytes are not a valid request.
     fn inspect(request: &Bytes, want_views: bool) -> Result<Inspected<Self::Views>, PipelineError>;
 
+    /// What [`inspect`](Self::inspect) finds in a request whose producer vouches that it
+    /// is valid and holds `items` items ([`Transcoded::vouched_items`]), without validating
+    /// it again: the same items, and the same views when `want_views` is set. Never
+    /// corrects anything (a vouched request has nothing to correct).
+    ///
+    /// # Errors
+    ///
+    /// [`PipelineError::Malformed`] only when the bytes are not what was vouched for (a
+    /// bug in their producer), with the error the validating walk gives.
+    fn inspect_vouched(
+        request: &Bytes,
+        items: usize,
+        want_views: bool,
+    ) -> Result<Inspected<Self::Views>, PipelineError>;
+
     /// Transcodes an OTLP/JSON request of this signal to protobuf, once, at the edge.
     ///
     /// # Errors
     ///
     /// [`PipelineError::Malformed`] naming what is wrong.
-    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError>;
+    fn json_to_protobuf(json: &[u8]) -> Result<Transcoded, PipelineError>;
 
     /// The items a lenient protobuf decode finds in a refused request (0 when it finds
     /// nothing): only used on the error path, to count what was refused.
@@ -258,9 +285,45 @@ impl Payload for TraceBatch {
         }
     }
 
-    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
-        crate::otlp::traces_json_to_protobuf(json)
-            .map_err(|error| PipelineError::Malformed(error.to_string()))
+    /// The views are read by [`crate::otlp::parse_validated_traces_request`] (the skim),
+    /// which gives the validating walk's views for valid bytes; without views nothing is
+    /// read.
+    fn inspect_vouched(
+        request: &Bytes,
+        items: usize,
+        want_views: bool,
+    ) -> Result<Inspected<Self::Views>, PipelineError> {
+        let views = if want_views {
+            let views = crate::otlp::parse_validated_traces_request(request)
+                .map_err(|error| PipelineError::Malformed(error.to_string()))?;
+            debug_assert_eq!(
+                views
+                    .iter()
+                    .flat_map(|r| &r.scope_spans)
+                    .map(|s| s.spans.len())
+                    .sum::<usize>(),
+                items,
+                "vouched span count"
+            );
+            Some(views)
+        } else {
+            None
+        };
+        Ok(Inspected {
+            items,
+            views,
+            corrected: None,
+        })
+    }
+
+    /// The transcoder vouches for its output (see [`crate::otlp::transcode_traces_json`]).
+    fn json_to_protobuf(json: &[u8]) -> Result<Transcoded, PipelineError> {
+        let transcoded = crate::otlp::transcode_traces_json(json)
+            .map_err(|error| PipelineError::Malformed(error.to_string()))?;
+        Ok(Transcoded {
+            request: transcoded.request,
+            vouched_items: Some(transcoded.spans),
+        })
     }
 
     fn refused_items(request: &[u8]) -> usize {
@@ -335,9 +398,28 @@ impl Payload for MetricsBatch {
         }
     }
 
-    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
-        crate::otlp::metrics_json_to_protobuf(json)
-            .map_err(|error| PipelineError::Malformed(error.to_string()))
+    /// Metrics have no views: the vouched count is the answer.
+    fn inspect_vouched(
+        _request: &Bytes,
+        items: usize,
+        _want_views: bool,
+    ) -> Result<Inspected<()>, PipelineError> {
+        Ok(Inspected {
+            items,
+            views: None,
+            corrected: None,
+        })
+    }
+
+    /// Off the hot path, the metrics transcoder's output is validated like any request
+    /// (it vouches for nothing).
+    fn json_to_protobuf(json: &[u8]) -> Result<Transcoded, PipelineError> {
+        let request = crate::otlp::metrics_json_to_protobuf(json)
+            .map_err(|error| PipelineError::Malformed(error.to_string()))?;
+        Ok(Transcoded {
+            request,
+            vouched_items: None,
+        })
     }
 
     /// Refused metrics are counted as requests, not points: their points are unknown.

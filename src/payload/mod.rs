@@ -24,7 +24,7 @@ mod sink;
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests;
 
-pub use batch::{Inspected, MetricsBatch, Payload, TraceBatch};
+pub use batch::{Inspected, MetricsBatch, Payload, TraceBatch, Transcoded};
 pub use edge::{BoxFuture, Consumer, Downstream, ExporterFanout, Lost, SharedConsumer, Target};
 pub use give_up::{GiveUp, GiveUpSignal, LossCounter};
 pub use sink::{

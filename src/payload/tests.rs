@@ -368,3 +368,30 @@ async fn fanout_counts_each_missed_consumer() {
     assert_eq!(*first.taken.lock().unwrap(), 10);
     assert_eq!(*third.taken.lock().unwrap(), 0);
 }
+
+/// Scenario: a load generator's request (300 spans over two resources) sent as OTLP/JSON,
+/// transcoded for each signal's payload, then inspected the vouched way and the validating
+/// way, with and without views.
+/// Guarantees: traces are vouched for and the vouched inspection finds the validating
+/// walk's items and views, correcting nothing; metrics are not vouched for (their output
+/// is validated as before).
+#[test]
+fn vouched_inspection_finds_what_the_validating_walk_finds() {
+    use crate::loadgen::{Generator, GeneratorConfig};
+
+    let mut generator = Generator::new(GeneratorConfig::default(), 7).unwrap();
+    let json = serde_json::to_vec(&generator.request(50, 1_767_225_600_000_000_000)).unwrap();
+    let transcoded = TraceBatch::json_to_protobuf(&json).unwrap();
+    assert_eq!(transcoded.vouched_items, Some(300));
+    let request = Bytes::from(transcoded.request);
+    for want_views in [false, true] {
+        let vouched = TraceBatch::inspect_vouched(&request, 300, want_views).unwrap();
+        let walked = TraceBatch::inspect(&request, want_views).unwrap();
+        assert_eq!(vouched.items, walked.items);
+        assert_eq!(vouched.views, walked.views);
+        assert_eq!(vouched.views.is_some(), want_views);
+        assert!(vouched.corrected.is_none());
+    }
+    let metrics = MetricsBatch::json_to_protobuf(br#"{"resourceMetrics":[]}"#).unwrap();
+    assert_eq!(metrics.vouched_items, None);
+}

@@ -6,7 +6,10 @@
 //! with a prost decode), count its items, and admit it into every pipeline the receiver
 //! feeds. Spans are not decoded into objects. When a tail sampler is among those
 //! pipelines, the validating walk is the parse that yields the span views, and the
-//! sampler takes the views: each request is walked once.
+//! sampler takes the views: each request is walked once. A traces request transcoded from
+//! OTLP/JSON is valid by construction and comes with its span count, so it is not
+//! validated again; its views, when wanted, are read by the skim
+//! ([`crate::payload::Payload::inspect_vouched`]).
 //!
 //! Admission, on both transports and in this order, before a request body is read:
 //!
@@ -38,7 +41,7 @@ use prometheus::IntGauge;
 
 use crate::error::PipelineError;
 use crate::limiter::{MemoryLimiter, Reservation};
-use crate::payload::{Arrival, MetricsBatch, Payload, Sink, TraceBatch};
+use crate::payload::{Arrival, MetricsBatch, Payload, Sink, TraceBatch, Transcoded};
 
 /// What both transports need of a signal's intake.
 trait Intake: Clone + Send + Sync + 'static {
@@ -54,11 +57,14 @@ trait Intake: Clone + Send + Sync + 'static {
 
     /// Validates and admits one encoded request, held under `reservation`, which becomes
     /// the batch's charge (or is released when the request does not enter a queue);
-    /// directly fed stages learn how it arrived (`arrival`). Returns the items (spans or
-    /// data points) admitted. Every refusal is counted.
+    /// directly fed stages learn how it arrived (`arrival`). A request whose producer
+    /// vouches for it (`vouched_items`, see [`crate::payload::Transcoded`]) is not
+    /// validated again. Returns the items (spans or data points) admitted. Every refusal
+    /// is counted.
     fn ingest(
         &self,
         request: Bytes,
+        vouched_items: Option<usize>,
         reservation: Reservation,
         arrival: Arrival,
     ) -> impl Future<Output = Result<usize, PipelineError>> + Send;
@@ -78,7 +84,7 @@ trait Intake: Clone + Send + Sync + 'static {
     /// # Errors
     ///
     /// [`PipelineError::Malformed`] naming what is wrong.
-    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError>;
+    fn json_to_protobuf(json: &[u8]) -> Result<Transcoded, PipelineError>;
 }
 
 /// Admission by the memory limiter when there is one; counts a refusal.
@@ -143,8 +149,10 @@ impl<P: Payload> SignalIntake<P> {
     ///
     /// The request is walked once ([`Payload::inspect`]): when a directly fed stage (a tail
     /// sampler) is among the pipelines, the validating walk also yields the views it
-    /// takes, rather than the request being parsed again there. A request with no items
-    /// succeeds without entering the pipeline, as in the Collector.
+    /// takes, rather than the request being parsed again there. A request vouched for by
+    /// its producer (`vouched_items`: the JSON transcoder's output) is valid by
+    /// construction and is not validated again ([`Payload::inspect_vouched`]). A request
+    /// with no items succeeds without entering the pipeline, as in the Collector.
     ///
     /// # Errors
     ///
@@ -153,10 +161,16 @@ impl<P: Payload> SignalIntake<P> {
     async fn ingest_request(
         &self,
         request: Bytes,
+        vouched_items: Option<usize>,
         mut reservation: Reservation,
         arrival: Arrival,
     ) -> Result<usize, PipelineError> {
-        let mut inspected = match P::inspect(&request, self.sink.wants_views()) {
+        let want_views = self.sink.wants_views();
+        let inspected = match vouched_items {
+            Some(items) => P::inspect_vouched(&request, items, want_views),
+            None => P::inspect(&request, want_views),
+        };
+        let mut inspected = match inspected {
             Ok(inspected) => inspected,
             Err(error) => {
                 self.metrics
@@ -214,10 +228,11 @@ impl<P: Payload> Intake for SignalIntake<P> {
     fn ingest(
         &self,
         request: Bytes,
+        vouched_items: Option<usize>,
         reservation: Reservation,
         arrival: Arrival,
     ) -> impl Future<Output = Result<usize, PipelineError>> + Send {
-        self.ingest_request(request, reservation, arrival)
+        self.ingest_request(request, vouched_items, reservation, arrival)
     }
 
     /// Its items are unknown: counted as a request only.
@@ -234,7 +249,7 @@ impl<P: Payload> Intake for SignalIntake<P> {
         self.metrics.in_flight()
     }
 
-    fn json_to_protobuf(json: &[u8]) -> Result<Vec<u8>, PipelineError> {
+    fn json_to_protobuf(json: &[u8]) -> Result<Transcoded, PipelineError> {
         P::json_to_protobuf(json)
     }
 }

@@ -308,7 +308,7 @@ impl<I: RawIntake> UnaryService<Bytes> for ExportHandler<I> {
                 Arrival::Sent
             };
             match intake
-                .ingest(request.into_inner(), reservation, arrival)
+                .ingest(request.into_inner(), None, reservation, arrival)
                 .await
             {
                 Ok(_items) => Ok(tonic::Response::new(I::Response::default())),

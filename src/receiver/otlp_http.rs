@@ -325,11 +325,11 @@ impl HttpReceiver {
                 read_body(request.into_body(), declared, limit, reservation).await?;
             let (body, reservation) = inflate(&content_encoding, body, limit, reservation).await?;
             match encoding {
-                Encoding::Protobuf => Ok((body, reservation)),
+                Encoding::Protobuf => Ok((body, None, reservation)),
                 Encoding::Json => transcode::<I>(body, reservation).await,
             }
         };
-        let (protobuf, reservation) = match decoded.await {
+        let (protobuf, vouched_items, reservation) = match decoded.await {
             Ok(decoded) => decoded,
             Err(error) => {
                 intake.refuse(&error);
@@ -337,7 +337,7 @@ impl HttpReceiver {
             }
         };
         let ingested = intake
-            .ingest(protobuf, reservation, Arrival::Sent)
+            .ingest(protobuf, vouched_items, reservation, Arrival::Sent)
             .await
             .map(|_items| ());
         drop(permit);
@@ -530,7 +530,9 @@ pub fn decompress_body(
 
 /// Transcodes an OTLP/JSON body to protobuf, on a blocking thread when it is larger than
 /// [`INLINE_JSON_BYTES`], with the reservation grown for what transcoding holds and then
-/// shrunk to the protobuf's size.
+/// shrunk to the protobuf's size. Returns the protobuf, the item count when the transcoder
+/// vouches for its output ([`crate::payload::Transcoded::vouched_items`]), and the
+/// reservation.
 ///
 /// # Errors
 ///
@@ -539,14 +541,18 @@ pub fn decompress_body(
 async fn transcode<I: Intake>(
     json: Bytes,
     mut reservation: Reservation,
-) -> Result<(Bytes, Reservation), PipelineError> {
+) -> Result<(Bytes, Option<usize>, Reservation), PipelineError> {
     reservation.resize(json.len().saturating_mul(1 + JSON_TRANSCODE_FACTOR))?;
     let large = json.len() > INLINE_JSON_BYTES;
     let run = move || {
-        let protobuf = I::json_to_protobuf(&json)?;
+        let transcoded = I::json_to_protobuf(&json)?;
         drop(json);
-        reservation.resize(protobuf.len())?;
-        Ok((Bytes::from(protobuf), reservation))
+        reservation.resize(transcoded.request.len())?;
+        Ok((
+            Bytes::from(transcoded.request),
+            transcoded.vouched_items,
+            reservation,
+        ))
     };
     if large {
         tokio::task::spawn_blocking(run)

@@ -28,7 +28,8 @@ use tailgate::exporter::remote_write::translate::{Options, Series, translate};
 use tailgate::exporter::remote_write::v1;
 use tailgate::otlp::{
     TraceRequestWriter, count_spans, decode_metrics_request, metric_points,
-    metrics_json_to_protobuf, parse_traces_request, traces_json_to_protobuf,
+    metrics_json_to_protobuf, parse_traces_request, skim_traces_request, traces_json_to_protobuf,
+    transcode_traces_json,
 };
 
 /// A target's check: panics when `data` shows a property broken.
@@ -289,10 +290,19 @@ where
 /// takes more than the reference (enum names, snake_case keys, `"NaN"` strings). Examples
 /// are kept in `fuzz/regressions/otlp_json/reference-*`.
 pub fn check_otlp_json(data: &[u8]) {
-    if let Ok(encoded) = traces_json_to_protobuf(data)
-        && let Err(error) = parse_traces_request(&Bytes::from(encoded))
-    {
-        panic!("transcoded traces refused by the wire reader: {error}");
+    if let Ok(transcoded) = transcode_traces_json(data) {
+        // The receiver relies on this instead of validating the output again.
+        let encoded = Bytes::from(transcoded.request);
+        let views = parse_traces_request(&encoded).unwrap_or_else(|error| {
+            panic!("transcoded traces refused by the wire reader: {error}")
+        });
+        let spans: usize = views
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        assert_eq!(spans, transcoded.spans, "the transcoder's span count");
+        assert_eq!(skim_traces_request(&encoded), Some(views), "skimmed views");
     }
     if let Ok(encoded) = metrics_json_to_protobuf(data)
         && let Err(error) = decode_metrics_request(&Bytes::from(encoded))

@@ -3,8 +3,9 @@
 //!
 //! The bytes are prost's encoding of the request the JSON describes: fields in tag order,
 //! proto3 defaults omitted (but a oneof member or a present message always written), and
-//! each message's length varint in front of it. A message's length is back-patched: one
-//! byte is reserved, and a body of 128 bytes or more is moved right to make room.
+//! each message's length varint in front of it. A message's length is back-patched: the
+//! bytes its length usually takes are reserved (one for small messages, two for a span,
+//! three for resource and scope spans), and the body is moved when it takes more or fewer.
 //!
 //! A message's fields are read in the order of its `*_FIELDS` list, which decides which
 //! error a request with several gets: that order is the order of the fields in the proto
@@ -23,20 +24,22 @@ use super::scalar::{
     status_code, string, u32_, u64_,
 };
 
-/// Transcodes the JSON `ExportTraceServiceRequest` in `json`.
+/// Transcodes the JSON `ExportTraceServiceRequest` in `json`; returns the protobuf and the
+/// number of spans it holds.
 ///
 /// # Errors
 ///
 /// The first problem found, as [`super::JsonError`].
-pub(super) fn transcode(json: &[u8]) -> R<Vec<u8>> {
+pub(super) fn transcode(json: &[u8]) -> R<(Vec<u8>, usize)> {
     let arena = Bump::new();
     let doc = Doc::parse(json, &arena)?;
     let mut w = Writer {
         doc: &doc,
         out: Vec::with_capacity(json.len() / 2),
+        spans: 0,
     };
     w.request(doc.root(), &P::ROOT)?;
-    Ok(w.out)
+    Ok((w.out, w.spans))
 }
 
 const VARINT: u32 = 0;
@@ -121,6 +124,8 @@ type WriteFn<'d, 'a> = fn(&mut Writer<'d, 'a>, &'d Node<'a>, &P<'_>) -> R<()>;
 struct Writer<'d, 'a> {
     doc: &'d Doc<'a>,
     out: Vec<u8>,
+    /// Spans written so far.
+    spans: usize,
 }
 
 impl<'d, 'a> Writer<'d, 'a> {
@@ -140,17 +145,18 @@ impl<'d, 'a> Writer<'d, 'a> {
         self.out.extend_from_slice(bytes);
     }
 
-    /// Starts a message field: its key and a one-byte length placeholder. Returns where
-    /// the body starts, for [`Self::end`].
-    fn begin(&mut self, tag: u32) -> usize {
+    /// Starts a message field: its key and a placeholder of `reserved` bytes (1 to 3) for
+    /// its length. Returns where the body starts, for [`Self::end`].
+    fn begin(&mut self, tag: u32, reserved: usize) -> usize {
         self.key(tag, LEN);
-        self.out.push(0);
+        self.out.resize(self.out.len() + reserved, 0);
         self.out.len()
     }
 
-    /// Writes the length of the body that started at `start`, moving the body right when
-    /// its length takes more than the byte reserved.
-    fn end(&mut self, start: usize) {
+    /// Writes the length of the body that started at `start` after `reserved` bytes, moving
+    /// the body when its length takes more or fewer bytes than were reserved (the length
+    /// varint is always the shortest, as prost writes it).
+    fn end(&mut self, start: usize, reserved: usize) {
         let len = self.out.len() - start;
         let mut prefix = [0u8; 10];
         let mut n = 0;
@@ -162,11 +168,16 @@ impl<'d, 'a> Writer<'d, 'a> {
         }
         prefix[n] = v as u8;
         n += 1;
-        if n > 1 {
-            self.out.resize(self.out.len() + n - 1, 0);
-            self.out.copy_within(start..start + len, start + n - 1);
+        if n > reserved {
+            self.out.resize(self.out.len() + n - reserved, 0);
+            self.out
+                .copy_within(start..start + len, start + n - reserved);
+        } else if n < reserved {
+            self.out
+                .copy_within(start..start + len, start - (reserved - n));
+            self.out.truncate(self.out.len() - (reserved - n));
         }
-        self.out[start - 1..start - 1 + n].copy_from_slice(&prefix[..n]);
+        self.out[start - reserved..start - reserved + n].copy_from_slice(&prefix[..n]);
     }
 
     // --- structure ---------------------------------------------------------------------
@@ -186,9 +197,22 @@ impl<'d, 'a> Writer<'d, 'a> {
         path: &P<'_>,
         write: WriteFn<'d, 'a>,
     ) -> R<()> {
-        let start = self.begin(tag);
+        self.message_sized(tag, v, path, write, 1)
+    }
+
+    /// [`Self::message`] with `reserved` bytes set aside for the length: the size its
+    /// length usually takes, so that the body is seldom moved.
+    fn message_sized(
+        &mut self,
+        tag: u32,
+        v: &'d Node<'a>,
+        path: &P<'_>,
+        write: WriteFn<'d, 'a>,
+        reserved: usize,
+    ) -> R<()> {
+        let start = self.begin(tag, reserved);
         write(self, v, path)?;
-        self.end(start);
+        self.end(start, reserved);
         Ok(())
     }
 
@@ -231,8 +255,21 @@ impl<'d, 'a> Writer<'d, 'a> {
         name: &'static str,
         write: WriteFn<'d, 'a>,
     ) -> R<()> {
+        self.repeated_sized(tag, v, path, name, write, 1)
+    }
+
+    /// [`Self::repeated`] of messages whose length usually takes `reserved` bytes.
+    fn repeated_sized(
+        &mut self,
+        tag: u32,
+        v: Option<&'d Node<'a>>,
+        path: &P<'_>,
+        name: &'static str,
+        write: WriteFn<'d, 'a>,
+        reserved: usize,
+    ) -> R<()> {
         for (i, item) in self.array(v, path, name)?.iter().enumerate() {
-            self.message(tag, item, &path.index(name, i), write)?;
+            self.message_sized(tag, item, &path.index(name, i), write, reserved)?;
         }
         Ok(())
     }
@@ -338,14 +375,14 @@ impl<'d, 'a> Writer<'d, 'a> {
     fn request(&mut self, v: &'d Node<'a>, path: &P<'_>) -> R<()> {
         const F: [Names; 1] = REQUEST_FIELDS;
         let [resource_spans] = fields(self.object(v, path)?, &F);
-        self.repeated(1, resource_spans, path, F[0].0, Self::resource_spans)
+        self.repeated_sized(1, resource_spans, path, F[0].0, Self::resource_spans, 3)
     }
 
     fn resource_spans(&mut self, v: &'d Node<'a>, path: &P<'_>) -> R<()> {
         const F: [Names; 3] = RESOURCE_SPANS_FIELDS;
         let [resource, scope_spans, schema_url] = fields(self.object(v, path)?, &F);
         self.optional(1, resource, path, F[0].0, Self::resource)?;
-        self.repeated(2, scope_spans, path, F[1].0, Self::scope_spans)?;
+        self.repeated_sized(2, scope_spans, path, F[1].0, Self::scope_spans, 3)?;
         self.string(3, schema_url, path, F[2].0)
     }
 
@@ -370,7 +407,7 @@ impl<'d, 'a> Writer<'d, 'a> {
         const F: [Names; 3] = SCOPE_SPANS_FIELDS;
         let [scope, spans, schema_url] = fields(self.object(v, path)?, &F);
         self.optional(1, scope, path, F[0].0, Self::scope)?;
-        self.repeated(2, spans, path, F[1].0, Self::span)?;
+        self.repeated_sized(2, spans, path, F[1].0, Self::span, 2)?;
         self.string(3, schema_url, path, F[2].0)
     }
 
@@ -427,6 +464,7 @@ impl<'d, 'a> Writer<'d, 'a> {
         self.uint32(14, dropped_links, path, F[14].0)?;
         self.optional(15, status, path, F[15].0, Self::status)?;
         self.fixed32(16, flags);
+        self.spans += 1;
         Ok(())
     }
 
@@ -484,9 +522,11 @@ impl<'d, 'a> Writer<'d, 'a> {
         const F: [Names; 8] = ANY_VALUE_FIELDS;
         let members = fields(self.object(v, path)?, &F);
         let mut set = false;
-        for (tag, (member, names)) in (1u32..).zip(members.into_iter().zip(F)) {
-            let Some(v) = member else { continue };
-            let path = path.field(names.0);
+        // By index: zipping the arrays by value would copy them.
+        for (i, member) in members.iter().enumerate() {
+            let Some(v) = *member else { continue };
+            let tag = i as u32 + 1;
+            let path = path.field(F[i].0);
             match tag {
                 1 => {
                     let s = string(v, &path)?;
