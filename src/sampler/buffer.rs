@@ -30,6 +30,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -37,9 +38,15 @@ use tokio::time::Instant;
 use super::cache::{DecisionCache, KeptDecision, TraceIdHasher, trace_id_hasher};
 use super::metrics::EarlyReason;
 use super::policy::TraceFacts;
+use crate::limiter::MemoryBudget;
 use crate::otlp::TraceId;
 
 /// The resource and scope a span arrived under.
+///
+/// Shared by every trace of a request that has spans under it, and charged to the memory
+/// budget once, from when it is made until the last trace (or framed request) holding it
+/// lets go of it: counting it in each trace instead charged a 600-span request's two
+/// origins a hundred times over.
 #[derive(Debug)]
 pub struct Origin {
     /// The encoded `Resource` body.
@@ -50,16 +57,86 @@ pub struct Origin {
     pub scope: Bytes,
     /// `ScopeSpans.schema_url`.
     pub scope_schema_url: Bytes,
+    /// Where this origin's bytes are charged, released on drop.
+    account: Arc<OriginAccount>,
 }
 
 impl Origin {
-    /// Bytes held by this origin (shared by every span that points at it).
+    /// An origin of these bytes, charged to `account` until it is dropped.
+    pub fn new(
+        resource: Bytes,
+        resource_schema_url: Bytes,
+        scope: Bytes,
+        scope_schema_url: Bytes,
+        account: &Arc<OriginAccount>,
+    ) -> Arc<Self> {
+        let origin = Self {
+            resource,
+            resource_schema_url,
+            scope,
+            scope_schema_url,
+            account: account.clone(),
+        };
+        account.charge(origin.byte_len());
+        Arc::new(origin)
+    }
+
+    /// Bytes held by this origin (shared by every span that points at it), an upper
+    /// bound: its copies and its own shared allocation as the allocator sizes them, and
+    /// the shared headers its copies get once cloned. A resource shared by the origins of
+    /// one `ResourceSpans` is counted in each, which errs on the safe side.
     pub fn byte_len(&self) -> usize {
-        self.resource.len()
-            + self.resource_schema_url.len()
-            + self.scope.len()
-            + self.scope_schema_url.len()
-            + std::mem::size_of::<Self>()
+        // Per copy: a `Bytes` made from a `Vec` allocates a shared header when cloned.
+        const SHARED_HEADER: usize = 32;
+        [
+            &self.resource,
+            &self.resource_schema_url,
+            &self.scope,
+            &self.scope_schema_url,
+        ]
+        .iter()
+        .map(|bytes| allocation_size(bytes.len()) + SHARED_HEADER)
+        .sum::<usize>()
+            // The `Arc`'s allocation: its two counts and the origin.
+            + allocation_size(std::mem::size_of::<Self>() + 2 * std::mem::size_of::<usize>())
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.account.release(self.byte_len());
+    }
+}
+
+/// The bytes of a sampler's live origins, charged to its memory budget.
+#[derive(Debug)]
+pub struct OriginAccount {
+    budget: Arc<MemoryBudget>,
+    bytes: AtomicUsize,
+}
+
+impl OriginAccount {
+    /// An account charging `budget`.
+    pub fn new(budget: Arc<MemoryBudget>) -> Arc<Self> {
+        Arc::new(Self {
+            budget,
+            bytes: AtomicUsize::new(0),
+        })
+    }
+
+    /// Bytes held by live origins.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn charge(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.budget.charge(bytes);
+    }
+
+    fn release(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.budget.release(bytes);
     }
 }
 
@@ -161,14 +238,18 @@ impl PendingTrace {
         self.span_count as usize
     }
 
-    /// Bytes this trace holds: itself, its map slot, its arena and origins (an origin
-    /// shared with other traces is counted in each, which errs on the safe side).
+    /// Bytes this trace holds, an upper bound: itself, its arena and its list of origins
+    /// as the allocator sizes them; its share of its shard's map (a map's table is at
+    /// least 7/16 full, so up to 16/7 slots and control bytes per trace are counted as 3);
+    /// and its deadline entries (a live one and, after a move, a stale one) in a queue up to
+    /// half empty, counted as four. The origins themselves are charged on their own: see
+    /// [`Origin`].
     pub fn footprint(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + std::mem::size_of::<(TraceId, Box<Self>)>()
-            + self.arena.capacity()
-            + self.origins.capacity() * std::mem::size_of::<Arc<Origin>>()
-            + self.origins.iter().map(|o| o.byte_len()).sum::<usize>()
+        allocation_size(std::mem::size_of::<Self>())
+            + 3 * (std::mem::size_of::<(TraceId, Box<Self>)>() + 1)
+            + 4 * std::mem::size_of::<(Instant, TraceId)>()
+            + allocation_size(self.arena.capacity())
+            + allocation_size(self.origins.capacity() * std::mem::size_of::<Arc<Origin>>())
     }
 
     /// The encoded size of the trace's spans.
@@ -187,6 +268,22 @@ impl PendingTrace {
                 origin: None,
             },
         )
+    }
+}
+
+/// What the allocator sets aside for a request of `bytes` bytes (0 for none): jemalloc's
+/// size classes, multiples of 16 bytes up to 128 and then four classes per doubling, so
+/// that a 2,500-byte arena is counted as the 2,560 bytes it takes.
+pub fn allocation_size(bytes: usize) -> usize {
+    match bytes {
+        0 => 0,
+        1..=8 => 8,
+        9..=128 => bytes.next_multiple_of(16),
+        _ => {
+            // The doubling `bytes` falls in, [2^k, 2^(k+1)), is split into four classes.
+            let spacing = 1usize << ((usize::BITS - 1 - (bytes - 1).leading_zeros()) - 2);
+            bytes.next_multiple_of(spacing)
+        }
     }
 }
 
@@ -584,13 +681,63 @@ service: {pipelines: {traces: {receivers: [otlp], processors: [tail_sampling], e
         assert_eq!(order, expected.map(|(secs, n)| (at(secs), id(n))).to_vec());
     }
 
-    fn origin(resource: &'static [u8]) -> Arc<Origin> {
-        Arc::new(Origin {
-            resource: Bytes::from_static(resource),
-            resource_schema_url: Bytes::new(),
-            scope: Bytes::from_static(b"scope"),
-            scope_schema_url: Bytes::new(),
-        })
+    fn origin(resource: &'static [u8], account: &Arc<OriginAccount>) -> Arc<Origin> {
+        Origin::new(
+            Bytes::from_static(resource),
+            Bytes::new(),
+            Bytes::from_static(b"scope"),
+            Bytes::new(),
+            account,
+        )
+    }
+
+    /// Scenario: request sizes at and around jemalloc's size-class boundaries.
+    /// Guarantees: each is counted as the class it lands in, never less than asked.
+    #[test]
+    fn allocations_are_counted_at_their_size_class() {
+        let classes = [
+            (0, 0),
+            (1, 8),
+            (9, 16),
+            (17, 32),
+            (128, 128),
+            (129, 160),
+            (216, 224),
+            (300, 320),
+            (2048, 2048),
+            (2049, 2560),
+            (2514, 2560),
+            (14_337, 16_384),
+            (16_385, 20_480),
+        ];
+        for (bytes, class) in classes {
+            assert_eq!(allocation_size(bytes), class, "{bytes} bytes");
+        }
+        for bytes in 0..70_000 {
+            assert!(allocation_size(bytes) >= bytes);
+        }
+    }
+
+    /// Scenario: origins are made, shared by clones, and dropped in turn.
+    /// Guarantees: each is charged once, from when it is made until its last holder
+    /// drops it, to the account and to the budget alike.
+    #[test]
+    fn an_origin_is_charged_until_its_last_holder_drops_it() {
+        let budget = MemoryBudget::unlimited();
+        let account = OriginAccount::new(budget.clone());
+        let a = origin(b"resource", &account);
+        let b = origin(b"other", &account);
+        let held = a.byte_len() + b.byte_len();
+        assert!(a.byte_len() > b"resource".len() + b"scope".len());
+        assert_eq!((account.bytes(), budget.used()), (held, held));
+        let shared = a.clone();
+        drop(a);
+        assert_eq!((account.bytes(), budget.used()), (held, held));
+        drop(b);
+        let left = shared.byte_len();
+        assert_eq!((account.bytes(), budget.used()), (left, left));
+        drop(shared);
+        assert_eq!((account.bytes(), budget.used()), (0, 0));
     }
 
     proptest! {
@@ -599,7 +746,7 @@ service: {pipelines: {traces: {receivers: [otlp], processors: [tail_sampling], e
         /// one after the other (a trace arriving over several requests).
         /// Guarantees: the spans come back in push order, each with its own bytes and
         /// origin; the span count and encoded length are the pushed ones; and the charge
-        /// covers the trace, its map slot, its arena and every origin it holds.
+        /// covers the trace, its map slot, its arena and its list of origins.
         #[test]
         fn spans_come_back_as_pushed_under_their_origins(
             parts in prop::collection::vec(
@@ -608,7 +755,12 @@ service: {pipelines: {traces: {receivers: [otlp], processors: [tail_sampling], e
             ),
         ) {
             let policies = policies();
-            let origins = [origin(b"a"), origin(b"bb"), origin(b"ccc")];
+            let account = OriginAccount::new(MemoryBudget::unlimited());
+            let origins = [
+                origin(b"a", &account),
+                origin(b"bb", &account),
+                origin(b"ccc", &account),
+            ];
             let now = Instant::now();
             let mut trace = PendingTrace::new(policies.new_facts(id(1)), now, now);
             let mut pushed: Vec<(*const Origin, Vec<u8>)> = Vec::new();
@@ -623,11 +775,11 @@ service: {pipelines: {traces: {receivers: [otlp], processors: [tail_sampling], e
             prop_assert_eq!(trace.span_count(), pushed.len());
             let encoded: usize = pushed.iter().map(|(_, span)| span.len()).sum();
             prop_assert_eq!(trace.span_bytes_len(), encoded);
-            let held = std::mem::size_of::<PendingTrace>()
-                + std::mem::size_of::<(TraceId, Box<PendingTrace>)>()
-                + trace.arena.capacity()
-                + trace.origins.capacity() * std::mem::size_of::<Arc<Origin>>()
-                + trace.origins.iter().map(|o| o.byte_len()).sum::<usize>();
+            let held = allocation_size(std::mem::size_of::<PendingTrace>())
+                + allocation_size(trace.arena.capacity())
+                + allocation_size(trace.origins.capacity() * std::mem::size_of::<Arc<Origin>>())
+                + std::mem::size_of::<(TraceId, Box<PendingTrace>)>() * 16 / 7
+                + std::mem::size_of::<(Instant, TraceId)>() * 2;
             prop_assert!(trace.footprint() >= held);
             prop_assert!(trace.arena.capacity() >= encoded + pushed.len() * HEADER);
             let (arena, held_origins, mut spans) = trace.into_spans();

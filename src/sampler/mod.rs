@@ -67,7 +67,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use self::buffer::{DeadlineKind, Origin, PendingTrace, Shard};
+use self::buffer::{DeadlineKind, Origin, OriginAccount, PendingTrace, Shard};
 use self::cache::{Cached, KeptDecision, TraceIdHasher};
 use self::hand_off::HandOffLink;
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
@@ -156,6 +156,9 @@ pub struct TailSampler {
     pending_spans: AtomicUsize,
     /// Bytes charged for pending traces.
     pending_bytes: AtomicUsize,
+    /// Bytes charged for the origins of pending traces (and, briefly, of the requests
+    /// being ingested or framed).
+    origin_account: Arc<OriginAccount>,
     /// Late spans of kept traces, one framed and charged request per ingested request, in
     /// arrival order, waiting for room downstream.
     outbox: Mutex<VecDeque<TraceBatch>>,
@@ -313,6 +316,7 @@ impl TailSampler {
             traces_held: AtomicUsize::new(0),
             pending_spans: AtomicUsize::new(0),
             pending_bytes: AtomicUsize::new(0),
+            origin_account: OriginAccount::new(budget.clone()),
             outbox: Mutex::new(VecDeque::new()),
             late_spans: AtomicUsize::new(0),
             late_bytes: AtomicUsize::new(0),
@@ -353,9 +357,9 @@ impl TailSampler {
         self.hand_off.as_ref().map_or(0, HandOffLink::spans_held)
     }
 
-    /// Bytes charged for pending traces.
+    /// Bytes charged for pending traces, their origins included.
     fn pending_bytes(&self) -> usize {
-        self.pending_bytes.load(Ordering::Relaxed)
+        self.pending_bytes.load(Ordering::Relaxed) + self.origin_account.bytes()
     }
 
     /// Late spans of kept traces held until downstream takes them.
@@ -488,12 +492,13 @@ impl TailSampler {
             let resource_schema_url = Bytes::copy_from_slice(&resource_spans.schema_url);
             for scope_spans in &resource_spans.scope_spans {
                 let origin_index = origins.len();
-                origins.push(Arc::new(Origin {
-                    resource: resource.clone(),
-                    resource_schema_url: resource_schema_url.clone(),
-                    scope: Bytes::copy_from_slice(&scope_spans.scope),
-                    scope_schema_url: Bytes::copy_from_slice(&scope_spans.schema_url),
-                }));
+                origins.push(Origin::new(
+                    resource.clone(),
+                    resource_schema_url.clone(),
+                    Bytes::copy_from_slice(&scope_spans.scope),
+                    Bytes::copy_from_slice(&scope_spans.schema_url),
+                    &self.origin_account,
+                ));
                 for span in &scope_spans.spans {
                     spans.push(Incoming {
                         shard: self.shard_of(&span.trace_id),

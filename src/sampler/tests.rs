@@ -453,6 +453,44 @@ fn span_bytes(batch: &TraceBatch) -> usize {
         .sum()
 }
 
+/// Scenario: two requests, each with spans of several traces under two services, the
+/// second adding spans to traces of the first; then every trace is decided (all kept,
+/// and downstream drops what it receives) and intake closes.
+/// Guarantees: while the traces are held, what the sampler charges (and what the budget
+/// holds) covers at least the spans' bytes plus each trace and its origins; once the
+/// traces have left, nothing stays charged: the origins shared between traces are
+/// released with the last trace that held them.
+#[tokio::test(start_paused = true)]
+async fn charges_cover_what_is_held_and_are_all_released() {
+    let budget = MemoryBudget::unlimited();
+    let mut h = Harness::start_with_budget(settings(), 100.0, budget.clone());
+    let mut first: Vec<TestSpan> = (1..=6u128).map(|trace| span(trace, 1, None)).collect();
+    for span in first.iter_mut().skip(3) {
+        span.service = "other";
+    }
+    let second: Vec<TestSpan> = (1..=6u128)
+        .flat_map(|trace| children(trace, 2, 3))
+        .collect();
+    let mut encoded = 0;
+    for spans in [first, second] {
+        encoded += span_bytes(&request(&spans));
+        h.send(spans);
+    }
+    let held = h.sampler().bytes_held();
+    let floor = encoded + 6 * std::mem::size_of::<PendingTrace>();
+    assert!(held >= floor, "charged {held} < held {floor}");
+    assert_eq!(
+        budget.used(),
+        held,
+        "the budget holds what the sampler charges"
+    );
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(h.drain().len(), 24);
+    assert_eq!(h.sampler().bytes_held(), 0);
+    assert!(h.close().await.is_empty());
+    assert_eq!(budget.used(), 0, "nothing stays charged");
+}
+
 /// Reads `expected` spans from a sampler's output, dropping each batch once read (which
 /// releases its charge); fails if they do not come within a (paused-time) minute.
 async fn receive_spans(
