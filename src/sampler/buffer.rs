@@ -22,12 +22,15 @@
 //!
 //! A pending trace holds copies of its spans' wire bytes in one growing arena (one copy
 //! per span, so the request buffers they came in are freed at once and the bytes held
-//! are exactly what is counted), the resource and scope each span came under (shared
-//! between the traces of a request), and the policy facts folded in span by span.
+//! are exactly what is counted), each span after a 4-byte header that is the trace's only
+//! span index; the resource and scope each span came under (shared between the traces of
+//! a request); and the policy facts folded in span by span. The trace itself is boxed in
+//! its shard's map, so the map's empty slots cost 24 bytes each, not a whole trace.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -35,9 +38,15 @@ use tokio::time::Instant;
 use super::cache::{DecisionCache, KeptDecision, TraceIdHasher, trace_id_hasher};
 use super::metrics::EarlyReason;
 use super::policy::TraceFacts;
+use crate::limiter::MemoryBudget;
 use crate::otlp::TraceId;
 
 /// The resource and scope a span arrived under.
+///
+/// Shared by every trace of a request that has spans under it, and charged to the memory
+/// budget once, from when it is made until the last trace (or framed request) holding it
+/// lets go of it: counting it in each trace instead charged a 600-span request's two
+/// origins a hundred times over.
 #[derive(Debug)]
 pub struct Origin {
     /// The encoded `Resource` body.
@@ -48,70 +57,143 @@ pub struct Origin {
     pub scope: Bytes,
     /// `ScopeSpans.schema_url`.
     pub scope_schema_url: Bytes,
+    /// Where this origin's bytes are charged, released on drop.
+    account: Arc<OriginAccount>,
 }
 
 impl Origin {
-    /// Bytes held by this origin (shared by every span that points at it).
+    /// An origin of these bytes, charged to `account` until it is dropped.
+    pub fn new(
+        resource: Bytes,
+        resource_schema_url: Bytes,
+        scope: Bytes,
+        scope_schema_url: Bytes,
+        account: &Arc<OriginAccount>,
+    ) -> Arc<Self> {
+        let origin = Self {
+            resource,
+            resource_schema_url,
+            scope,
+            scope_schema_url,
+            account: account.clone(),
+        };
+        account.charge(origin.byte_len());
+        Arc::new(origin)
+    }
+
+    /// Bytes held by this origin (shared by every span that points at it), an upper
+    /// bound: its copies and its own shared allocation as the allocator sizes them, and
+    /// the shared headers its copies get once cloned. A resource shared by the origins of
+    /// one `ResourceSpans` is counted in each, which errs on the safe side.
     pub fn byte_len(&self) -> usize {
-        self.resource.len()
-            + self.resource_schema_url.len()
-            + self.scope.len()
-            + self.scope_schema_url.len()
-            + std::mem::size_of::<Self>()
+        // Per copy: a `Bytes` made from a `Vec` allocates a shared header when cloned.
+        const SHARED_HEADER: usize = 32;
+        [
+            &self.resource,
+            &self.resource_schema_url,
+            &self.scope,
+            &self.scope_schema_url,
+        ]
+        .iter()
+        .map(|bytes| allocation_size(bytes.len()) + SHARED_HEADER)
+        .sum::<usize>()
+            // The `Arc`'s allocation: its two counts and the origin.
+            + allocation_size(std::mem::size_of::<Self>() + 2 * std::mem::size_of::<usize>())
     }
 }
 
-/// Where one held span's bytes are in its trace's arena.
-#[derive(Clone, Copy, Debug)]
-pub struct HeldSpan {
-    /// Index into [`PendingTrace::origins`].
-    pub origin: u32,
-    /// Offset in the arena.
-    pub start: u32,
-    /// Length in the arena.
-    pub len: u32,
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.account.release(self.byte_len());
+    }
 }
 
+/// The bytes of a sampler's live origins, charged to its memory budget.
+#[derive(Debug)]
+pub struct OriginAccount {
+    budget: Arc<MemoryBudget>,
+    bytes: AtomicUsize,
+}
+
+impl OriginAccount {
+    /// An account charging `budget`.
+    pub fn new(budget: Arc<MemoryBudget>) -> Arc<Self> {
+        Arc::new(Self {
+            budget,
+            bytes: AtomicUsize::new(0),
+        })
+    }
+
+    /// Bytes held by live origins.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn charge(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.budget.charge(bytes);
+    }
+
+    fn release(&self, bytes: usize) {
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.budget.release(bytes);
+    }
+}
+
+/// A held span's header in its trace's arena: the span's length, with
+/// [`NEW_ORIGIN`] set when the span is the first under a new origin.
+const HEADER: usize = 4;
+
+/// The header bit of a span that starts a new origin. A trace's spans are appended in
+/// arrival order and an origin is appended whenever a span's origin differs from the
+/// last one's, so the origin of each span is the previous span's or the next one: one bit
+/// per span says which, and the arena needs no separate index.
+const NEW_ORIGIN: u32 = 1 << 31;
+
 /// A trace awaiting its decision.
+///
+/// Held in its shard's map behind a `Box`: the map's table runs between 7/16 and 7/8
+/// full, and a slot of the boxed trace is 24 bytes where the trace itself is ~200.
 pub struct PendingTrace {
     /// The facts policies decide on.
     pub facts: TraceFacts,
-    /// The spans' wire bytes, back to back.
-    pub arena: Vec<u8>,
-    /// Each span's place in the arena, in arrival order.
-    pub spans: Vec<HeldSpan>,
+    /// The spans, back to back, each after a [`HEADER`]-byte header (see [`NEW_ORIGIN`]).
+    arena: Vec<u8>,
     /// The distinct origins of the spans, in arrival order.
-    pub origins: Vec<Arc<Origin>>,
+    origins: Vec<Arc<Origin>>,
     /// When the first span arrived.
     pub first_seen: Instant,
     /// When the trace is due for its decision.
     pub deadline: Instant,
-    /// True once a root span (no parent) has arrived.
-    pub root_seen: bool,
-    /// Set when the trace is due early, with the reason.
-    pub early: Option<EarlyReason>,
     /// Bytes charged for this trace, as last computed.
     pub charged: usize,
     /// The keep decision another replica made for this trace, handed over after a
     /// membership change: the trace is due at once and kept as that replica decided.
-    pub imposed: Option<KeptDecision>,
+    /// Boxed: it is rare, and it would double the size of every trace.
+    pub imposed: Option<Box<KeptDecision>>,
+    /// Spans held.
+    span_count: u32,
+    /// True once a root span (no parent) has arrived.
+    pub root_seen: bool,
+    /// Set when the trace is due early, with the reason.
+    pub early: Option<EarlyReason>,
 }
 
 impl PendingTrace {
     /// An empty trace first seen at `now`, due at `deadline`.
-    pub fn new(facts: TraceFacts, now: Instant, deadline: Instant) -> Self {
-        Self {
+    pub fn new(facts: TraceFacts, now: Instant, deadline: Instant) -> Box<Self> {
+        Box::new(Self {
             facts,
             arena: Vec::new(),
-            spans: Vec::new(),
             origins: Vec::new(),
             first_seen: now,
             deadline,
-            root_seen: false,
-            early: None,
             charged: 0,
             imposed: None,
-        }
+            span_count: 0,
+            root_seen: false,
+            early: None,
+        })
     }
 
     /// Makes room for `spans` more spans of `bytes` encoded bytes in all, before they are
@@ -120,54 +202,114 @@ impl PendingTrace {
     /// it on every growth). A trace that grows again later grows by at least half, so a
     /// trace trickling in span by span is still copied O(1) times per byte.
     pub fn reserve(&mut self, spans: usize, bytes: usize) {
-        fn grow<T>(v: &mut Vec<T>, more: usize) {
-            if v.capacity() - v.len() >= more {
-                return;
-            }
-            let target = if v.is_empty() {
-                more
-            } else {
-                (v.len() + more).max(v.len() + v.len() / 2)
-            };
-            v.reserve_exact(target - v.len());
+        let more = bytes + spans * HEADER;
+        let arena = &mut self.arena;
+        if arena.capacity() - arena.len() >= more {
+            return;
         }
-        grow(&mut self.arena, bytes);
-        grow(&mut self.spans, spans);
+        let target = if arena.is_empty() {
+            more
+        } else {
+            (arena.len() + more).max(arena.len() + arena.len() / 2)
+        };
+        arena.reserve_exact(target - arena.len());
     }
 
     /// Appends one span's bytes under `origin`.
     pub fn push_span(&mut self, origin: &Arc<Origin>, span: &[u8]) {
-        let origin_index = match self.origins.last() {
-            Some(last) if Arc::ptr_eq(last, origin) => self.origins.len() - 1,
-            _ => {
-                self.origins.push(origin.clone());
-                self.origins.len() - 1
-            }
-        };
-        // Spans are at most a request long, and requests are capped far below 4 GiB.
-        let start = self.arena.len() as u32;
+        let mut header = span.len() as u32;
+        if !self
+            .origins
+            .last()
+            .is_some_and(|last| Arc::ptr_eq(last, origin))
+        {
+            self.origins.push(origin.clone());
+            header |= NEW_ORIGIN;
+        }
+        // Spans are at most a request long, and requests are capped far below 2 GiB.
+        debug_assert!(span.len() < NEW_ORIGIN as usize);
+        self.arena.extend_from_slice(&header.to_le_bytes());
         self.arena.extend_from_slice(span);
-        self.spans.push(HeldSpan {
-            origin: origin_index as u32,
-            start,
-            len: span.len() as u32,
-        });
+        self.span_count += 1;
     }
 
-    /// Bytes this trace holds: its arena, index and origins (an origin shared with other
-    /// traces is counted in each, which errs on the safe side).
+    /// Spans held.
+    pub fn span_count(&self) -> usize {
+        self.span_count as usize
+    }
+
+    /// Bytes this trace holds, an upper bound: itself, its arena and its list of origins
+    /// as the allocator sizes them; its share of its shard's map (a map's table is at
+    /// least 7/16 full, so up to 16/7 slots and control bytes per trace are counted as 3);
+    /// and its deadline entries (a live one and, after a move, a stale one) in a queue up to
+    /// half empty, counted as four. The origins themselves are charged on their own: see
+    /// [`Origin`].
     pub fn footprint(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + std::mem::size_of::<TraceId>()
-            + self.arena.capacity()
-            + self.spans.capacity() * std::mem::size_of::<HeldSpan>()
-            + self.origins.capacity() * std::mem::size_of::<Arc<Origin>>()
-            + self.origins.iter().map(|o| o.byte_len()).sum::<usize>()
+        allocation_size(std::mem::size_of::<Self>())
+            + 3 * (std::mem::size_of::<(TraceId, Box<Self>)>() + 1)
+            + 4 * std::mem::size_of::<(Instant, TraceId)>()
+            + allocation_size(self.arena.capacity())
+            + allocation_size(self.origins.capacity() * std::mem::size_of::<Arc<Origin>>())
     }
 
     /// The encoded size of the trace's spans.
     pub fn span_bytes_len(&self) -> usize {
-        self.arena.len()
+        self.arena.len() - self.span_count() * HEADER
+    }
+
+    /// The trace's spans, for framing: the arena as one shared buffer, the origins, and
+    /// each span's place in the buffer with the index of its origin, in arrival order.
+    pub fn into_spans(self) -> (Bytes, Vec<Arc<Origin>>, HeldSpans) {
+        (
+            Bytes::from(self.arena),
+            self.origins,
+            HeldSpans {
+                at: 0,
+                origin: None,
+            },
+        )
+    }
+}
+
+/// What the allocator sets aside for a request of `bytes` bytes (0 for none): jemalloc's
+/// size classes, multiples of 16 bytes up to 128 and then four classes per doubling, so
+/// that a 2,500-byte arena is counted as the 2,560 bytes it takes.
+pub fn allocation_size(bytes: usize) -> usize {
+    match bytes {
+        0 => 0,
+        1..=8 => 8,
+        9..=128 => bytes.next_multiple_of(16),
+        _ => {
+            // The doubling `bytes` falls in, [2^k, 2^(k+1)), is split into four classes.
+            let spacing = 1usize << ((usize::BITS - 1 - (bytes - 1).leading_zeros()) - 2);
+            bytes.next_multiple_of(spacing)
+        }
+    }
+}
+
+/// Walks the spans of an arena given by [`PendingTrace::into_spans`]: yields each span's
+/// origin index and byte range.
+#[derive(Debug)]
+pub struct HeldSpans {
+    at: usize,
+    origin: Option<usize>,
+}
+
+impl HeldSpans {
+    /// The next span of `arena` (the arena these positions were handed out with).
+    pub fn next(&mut self, arena: &[u8]) -> Option<(usize, std::ops::Range<usize>)> {
+        let header = arena.get(self.at..self.at + HEADER)?;
+        let header = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let origin = match self.origin {
+            Some(origin) if header & NEW_ORIGIN == 0 => origin,
+            Some(origin) => origin + 1,
+            None => 0,
+        };
+        self.origin = Some(origin);
+        let start = self.at + HEADER;
+        let end = start + (header & !NEW_ORIGIN) as usize;
+        self.at = end;
+        Some((origin, start..end))
     }
 }
 
@@ -277,7 +419,7 @@ impl Deadlines {
 /// One shard of the buffer: the traces whose id hashes to it.
 pub struct Shard {
     /// Pending traces by id.
-    pub traces: HashMap<TraceId, PendingTrace, TraceIdHasher>,
+    pub traces: HashMap<TraceId, Box<PendingTrace>, TraceIdHasher>,
     /// When each pending trace is due, earliest first (with stale entries: see the
     /// module docs).
     pub deadlines: Deadlines,
@@ -310,16 +452,16 @@ impl Shard {
 
     /// Takes trace `trace_id` out of the shard, uncounting it from the shard's totals
     /// (its deadline entry goes stale); `None` when it is not held.
-    pub fn take(&mut self, trace_id: &TraceId) -> Option<PendingTrace> {
+    pub fn take(&mut self, trace_id: &TraceId) -> Option<Box<PendingTrace>> {
         let trace = self.traces.remove(trace_id)?;
         self.bytes = self.bytes.saturating_sub(trace.charged);
-        self.spans = self.spans.saturating_sub(trace.spans.len());
+        self.spans = self.spans.saturating_sub(trace.span_count());
         Some(trace)
     }
 
     /// Removes and returns the trace due first, if it is due by `now` (or at all, when
     /// `force` is set).
-    pub fn pop_due(&mut self, now: Instant, force: bool) -> Option<(TraceId, PendingTrace)> {
+    pub fn pop_due(&mut self, now: Instant, force: bool) -> Option<(TraceId, Box<PendingTrace>)> {
         loop {
             // A stale front entry is never later than the earliest live one, so when it
             // is not due, nothing is.
@@ -333,7 +475,7 @@ impl Shard {
             {
                 let trace = held.remove();
                 self.bytes = self.bytes.saturating_sub(trace.charged);
-                self.spans = self.spans.saturating_sub(trace.spans.len());
+                self.spans = self.spans.saturating_sub(trace.span_count());
                 return Some((trace_id, trace));
             }
         }
@@ -537,6 +679,116 @@ service: {pipelines: {traces: {receivers: [otlp], processors: [tail_sampling], e
         })
         .collect();
         assert_eq!(order, expected.map(|(secs, n)| (at(secs), id(n))).to_vec());
+    }
+
+    fn origin(resource: &'static [u8], account: &Arc<OriginAccount>) -> Arc<Origin> {
+        Origin::new(
+            Bytes::from_static(resource),
+            Bytes::new(),
+            Bytes::from_static(b"scope"),
+            Bytes::new(),
+            account,
+        )
+    }
+
+    /// Scenario: request sizes at and around jemalloc's size-class boundaries.
+    /// Guarantees: each is counted as the class it lands in, never less than asked.
+    #[test]
+    fn allocations_are_counted_at_their_size_class() {
+        let classes = [
+            (0, 0),
+            (1, 8),
+            (9, 16),
+            (17, 32),
+            (128, 128),
+            (129, 160),
+            (216, 224),
+            (300, 320),
+            (2048, 2048),
+            (2049, 2560),
+            (2514, 2560),
+            (14_337, 16_384),
+            (16_385, 20_480),
+        ];
+        for (bytes, class) in classes {
+            assert_eq!(allocation_size(bytes), class, "{bytes} bytes");
+        }
+        for bytes in 0..70_000 {
+            assert!(allocation_size(bytes) >= bytes);
+        }
+    }
+
+    /// Scenario: origins are made, shared by clones, and dropped in turn.
+    /// Guarantees: each is charged once, from when it is made until its last holder
+    /// drops it, to the account and to the budget alike.
+    #[test]
+    fn an_origin_is_charged_until_its_last_holder_drops_it() {
+        let budget = MemoryBudget::unlimited();
+        let account = OriginAccount::new(budget.clone());
+        let a = origin(b"resource", &account);
+        let b = origin(b"other", &account);
+        let held = a.byte_len() + b.byte_len();
+        assert!(a.byte_len() > b"resource".len() + b"scope".len());
+        assert_eq!((account.bytes(), budget.used()), (held, held));
+        let shared = a.clone();
+        drop(a);
+        assert_eq!((account.bytes(), budget.used()), (held, held));
+        drop(b);
+        let left = shared.byte_len();
+        assert_eq!((account.bytes(), budget.used()), (left, left));
+        drop(shared);
+        assert_eq!((account.bytes(), budget.used()), (0, 0));
+    }
+
+    proptest! {
+        /// Scenario: spans of random lengths (empty ones too) pushed under random origins,
+        /// an origin sometimes repeated after another, in parts reserved for and pushed
+        /// one after the other (a trace arriving over several requests).
+        /// Guarantees: the spans come back in push order, each with its own bytes and
+        /// origin; the span count and encoded length are the pushed ones; and the charge
+        /// covers the trace, its map slot, its arena and its list of origins.
+        #[test]
+        fn spans_come_back_as_pushed_under_their_origins(
+            parts in prop::collection::vec(
+                prop::collection::vec((0usize..3, 0usize..600), 1..12),
+                1..5,
+            ),
+        ) {
+            let policies = policies();
+            let account = OriginAccount::new(MemoryBudget::unlimited());
+            let origins = [
+                origin(b"a", &account),
+                origin(b"bb", &account),
+                origin(b"ccc", &account),
+            ];
+            let now = Instant::now();
+            let mut trace = PendingTrace::new(policies.new_facts(id(1)), now, now);
+            let mut pushed: Vec<(*const Origin, Vec<u8>)> = Vec::new();
+            for part in parts {
+                trace.reserve(part.len(), part.iter().map(|(_, len)| len).sum());
+                for (at, len) in part {
+                    let span: Vec<u8> = (0..len).map(|i| (i + pushed.len()) as u8).collect();
+                    trace.push_span(&origins[at], &span);
+                    pushed.push((Arc::as_ptr(&origins[at]), span));
+                }
+            }
+            prop_assert_eq!(trace.span_count(), pushed.len());
+            let encoded: usize = pushed.iter().map(|(_, span)| span.len()).sum();
+            prop_assert_eq!(trace.span_bytes_len(), encoded);
+            let held = allocation_size(std::mem::size_of::<PendingTrace>())
+                + allocation_size(trace.arena.capacity())
+                + allocation_size(trace.origins.capacity() * std::mem::size_of::<Arc<Origin>>())
+                + std::mem::size_of::<(TraceId, Box<PendingTrace>)>() * 16 / 7
+                + std::mem::size_of::<(Instant, TraceId)>() * 2;
+            prop_assert!(trace.footprint() >= held);
+            prop_assert!(trace.arena.capacity() >= encoded + pushed.len() * HEADER);
+            let (arena, held_origins, mut spans) = trace.into_spans();
+            let mut got = Vec::new();
+            while let Some((at, range)) = spans.next(&arena) {
+                got.push((Arc::as_ptr(&held_origins[at]), arena[range].to_vec()));
+            }
+            prop_assert_eq!(got, pushed);
+        }
     }
 
     /// One step of the model test below.

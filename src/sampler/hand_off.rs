@@ -221,16 +221,15 @@ pub(super) async fn sleep_until_some(at: Option<Instant>) {
 /// Frames a pending trace's spans as they arrived (no threshold, no policy name: it is
 /// undecided) into `writer`.
 pub(super) fn write_unchanged(writer: &mut TraceRequestWriter, trace: PendingTrace) {
-    let arena = Bytes::from(trace.arena);
-    for span in &trace.spans {
-        let origin = &trace.origins[span.origin as usize];
-        let start = span.start as usize;
+    let (arena, origins, mut spans) = trace.into_spans();
+    while let Some((at, range)) = spans.next(&arena) {
+        let origin = &origins[at];
         writer.push(
             &origin.resource,
             &origin.resource_schema_url,
             &origin.scope,
             &origin.scope_schema_url,
-            &arena.slice(start..start + span.len as usize),
+            &arena.slice(range),
         );
     }
 }

@@ -67,7 +67,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use self::buffer::{DeadlineKind, HeldSpan, Origin, PendingTrace, Shard};
+use self::buffer::{DeadlineKind, Origin, OriginAccount, PendingTrace, Shard};
 use self::cache::{Cached, KeptDecision, TraceIdHasher};
 use self::hand_off::HandOffLink;
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
@@ -156,6 +156,9 @@ pub struct TailSampler {
     pending_spans: AtomicUsize,
     /// Bytes charged for pending traces.
     pending_bytes: AtomicUsize,
+    /// Bytes charged for the origins of pending traces (and, briefly, of the requests
+    /// being ingested or framed).
+    origin_account: Arc<OriginAccount>,
     /// Late spans of kept traces, one framed and charged request per ingested request, in
     /// arrival order, waiting for room downstream.
     outbox: Mutex<VecDeque<TraceBatch>>,
@@ -213,17 +216,15 @@ struct Incoming<'a> {
     span: &'a SpanView,
 }
 
-/// What a trace not kept leaves to free: its arena, span index and origins.
-type TraceBuffers = (Vec<u8>, Vec<HeldSpan>, Vec<Arc<Origin>>);
-
 /// The traces decided under a round's shard locks, on their way out of the buffer.
 #[derive(Default)]
 struct Decided {
     /// The kept traces, in decision order, with what their spans must carry.
-    kept: Vec<(PendingTrace, KeptDecision)>,
-    /// The buffers of the traces not kept, to free outside the shard locks: only the
-    /// buffers are moved there, not whole traces (most traces are not kept).
-    dropped: Vec<TraceBuffers>,
+    kept: Vec<(Box<PendingTrace>, KeptDecision)>,
+    /// The traces not kept, to free outside the shard locks. Boxed as the shard's map
+    /// holds them: taking one out moves a pointer, not the whole trace.
+    #[allow(clippy::vec_box)]
+    dropped: Vec<Box<PendingTrace>>,
 }
 
 /// What a receiver holds to feed a sampler. When every clone is dropped (the receivers
@@ -315,6 +316,7 @@ impl TailSampler {
             traces_held: AtomicUsize::new(0),
             pending_spans: AtomicUsize::new(0),
             pending_bytes: AtomicUsize::new(0),
+            origin_account: OriginAccount::new(budget.clone()),
             outbox: Mutex::new(VecDeque::new()),
             late_spans: AtomicUsize::new(0),
             late_bytes: AtomicUsize::new(0),
@@ -355,9 +357,9 @@ impl TailSampler {
         self.hand_off.as_ref().map_or(0, HandOffLink::spans_held)
     }
 
-    /// Bytes charged for pending traces.
+    /// Bytes charged for pending traces, their origins included.
     fn pending_bytes(&self) -> usize {
-        self.pending_bytes.load(Ordering::Relaxed)
+        self.pending_bytes.load(Ordering::Relaxed) + self.origin_account.bytes()
     }
 
     /// Late spans of kept traces held until downstream takes them.
@@ -490,12 +492,13 @@ impl TailSampler {
             let resource_schema_url = Bytes::copy_from_slice(&resource_spans.schema_url);
             for scope_spans in &resource_spans.scope_spans {
                 let origin_index = origins.len();
-                origins.push(Arc::new(Origin {
-                    resource: resource.clone(),
-                    resource_schema_url: resource_schema_url.clone(),
-                    scope: Bytes::copy_from_slice(&scope_spans.scope),
-                    scope_schema_url: Bytes::copy_from_slice(&scope_spans.schema_url),
-                }));
+                origins.push(Origin::new(
+                    resource.clone(),
+                    resource_schema_url.clone(),
+                    Bytes::copy_from_slice(&scope_spans.scope),
+                    Bytes::copy_from_slice(&scope_spans.schema_url),
+                    &self.origin_account,
+                ));
                 for span in &scope_spans.spans {
                     spans.push(Incoming {
                         shard: self.shard_of(&span.trace_id),
@@ -621,7 +624,7 @@ impl TailSampler {
             }
             match shard.traces.get_mut(&record.trace_id) {
                 Some(trace) => {
-                    trace.imposed = Some(kept);
+                    trace.imposed = Some(Box::new(kept));
                     shard.reschedule(record.trace_id, now, DeadlineKind::Now);
                     due += 1;
                 }
@@ -777,7 +780,7 @@ impl TailSampler {
     fn release(&self, trace: &PendingTrace) {
         self.traces_held.fetch_sub(1, Ordering::Relaxed);
         self.pending_spans
-            .fetch_sub(trace.spans.len(), Ordering::Relaxed);
+            .fetch_sub(trace.span_count(), Ordering::Relaxed);
         self.pending_bytes
             .fetch_sub(trace.charged, Ordering::Relaxed);
         self.budget.release(trace.charged);
@@ -951,9 +954,7 @@ impl TailSampler {
                     self.release(&trace);
                     match self.decide(&mut shard, trace_id, &trace, now, &mut votes) {
                         Some(kept) => decided.kept.push((trace, kept)),
-                        None => decided
-                            .dropped
-                            .push((trace.arena, trace.spans, trace.origins)),
+                        None => decided.dropped.push(trace),
                     }
                     progress = true;
                 }
@@ -961,7 +962,7 @@ impl TailSampler {
             self.publish_gauges();
             drop(decided.dropped);
             for (trace, kept) in decided.kept {
-                self.write_trace(&mut writer, &mut thresholds, trace, kept);
+                self.write_trace(&mut writer, &mut thresholds, *trace, kept);
                 if writer.encoded_len() >= OUTPUT_REQUEST_BYTES {
                     self.send(output, std::mem::take(&mut writer)).await;
                 }
@@ -988,7 +989,7 @@ impl TailSampler {
         now: Instant,
         votes: &mut Vec<(usize, Vote)>,
     ) -> Option<KeptDecision> {
-        if let Some(imposed) = trace.imposed {
+        if let Some(imposed) = trace.imposed.as_deref().copied() {
             // Kept by the replica that owned the trace before a membership change: the
             // spans held here are its late spans.
             let kept = KeptDecision {
@@ -996,7 +997,7 @@ impl TailSampler {
                 ..imposed
             };
             shard.cache.insert_kept(trace_id, kept);
-            let spans = trace.spans.len() as u64;
+            let spans = trace.span_count() as u64;
             if let Some(metrics) = &self.metrics.hand_off {
                 metrics.late_after_move.inc_by(spans);
             }
@@ -1010,7 +1011,7 @@ impl TailSampler {
             now.saturating_duration_since(trace.first_seen)
                 .as_secs_f64(),
         );
-        let spans = trace.spans.len() as u64;
+        let spans = trace.span_count() as u64;
         match decision {
             Decision::Sampled { policy, threshold } => {
                 let kept = KeptDecision {
@@ -1049,7 +1050,7 @@ impl TailSampler {
             let far_future = Instant::now() + Duration::from_secs(86_400 * 365);
             while let Some((_id, trace)) = shard.pop_due(far_future, true) {
                 self.release(&trace);
-                dropped_spans += trace.spans.len() as u64;
+                dropped_spans += trace.span_count() as u64;
             }
         }
         if dropped_spans > 0 {
@@ -1071,25 +1072,20 @@ impl TailSampler {
         trace: PendingTrace,
         kept: KeptDecision,
     ) {
-        let scopes: Vec<Bytes> = trace
-            .origins
+        // The arena becomes the spans' shared buffer: a span leaving unchanged is a slice
+        // of it, not a copy.
+        let (arena, origins, mut spans) = trace.into_spans();
+        let scopes: Vec<Bytes> = origins
             .iter()
             .map(|origin| self.output_scope(origin, kept))
             .collect();
-        // The arena becomes the spans' shared buffer: a span leaving unchanged is a slice
-        // of it, not a copy.
-        let arena = Bytes::from(trace.arena);
-        for span in &trace.spans {
-            let origin = &trace.origins[span.origin as usize];
-            let start = span.start as usize;
-            let bytes = thresholds.output_span(
-                arena.slice(start..start + span.len as usize),
-                kept.threshold,
-            );
+        while let Some((at, range)) = spans.next(&arena) {
+            let origin = &origins[at];
+            let bytes = thresholds.output_span(arena.slice(range), kept.threshold);
             writer.push(
                 &origin.resource,
                 &origin.resource_schema_url,
-                &scopes[span.origin as usize],
+                &scopes[at],
                 &origin.scope_schema_url,
                 &bytes,
             );
@@ -1280,7 +1276,7 @@ impl TailSampler {
             return 0;
         };
         let ownership = link.ownership();
-        let mut moving: Vec<PendingTrace> = Vec::new();
+        let mut moving: Vec<Box<PendingTrace>> = Vec::new();
         let mut records: Vec<hand_off::DecisionRecord> = Vec::new();
         let recent = Instant::now()
             .checked_sub(self.settings.decision_wait)
@@ -1330,8 +1326,8 @@ impl TailSampler {
         }
         let mut spans = 0usize;
         for trace in moving {
-            spans += trace.spans.len();
-            hand_off::write_unchanged(&mut writer, trace);
+            spans += trace.span_count();
+            hand_off::write_unchanged(&mut writer, *trace);
             if writer.encoded_len() >= hand_off::HAND_OFF_REQUEST_BYTES {
                 link.push(
                     TraceBatch::from(std::mem::take(&mut writer).finish()).charged(&self.budget),

@@ -344,7 +344,7 @@ async fn block_on_overflow_refuses_instead_of_deciding_early() {
     );
 }
 
-/// Scenario: a memory budget with a soft limit of 64 KiB, and 200 traces of ~1 KiB each
+/// Scenario: a memory budget with a soft limit of 64 KiB, and 300 traces of ~600 bytes each
 /// arriving 10ms apart, none due for 30s.
 /// Guarantees: the sampler decides its oldest traces early (counted as memory pressure)
 /// so the budget settles under its soft limit; the newest traces are still held; no trace
@@ -354,7 +354,7 @@ async fn decides_oldest_early_under_memory_pressure() {
     let budget = MemoryBudget::new(128 << 10, 64 << 10);
     let mut h = Harness::start_with_budget(settings(), 100.0, budget.clone());
     let mut early = Vec::new();
-    for t in 0..200u64 {
+    for t in 0..300u64 {
         let trace = trace_with_randomness(t + 1, t);
         let spans: Vec<TestSpan> = (0..4)
             .map(|i| span(trace, i + 1, (i > 0).then_some(1)))
@@ -373,7 +373,7 @@ async fn decides_oldest_early_under_memory_pressure() {
     assert!(budget.used() <= 64 << 10, "settled under the soft limit");
     let early_traces: HashSet<u128> = early.iter().map(|s| s.trace).collect();
     assert!(
-        early_traces.len() > 100,
+        early_traces.len() > 150,
         "most traces were decided early: {}",
         early_traces.len()
     );
@@ -382,7 +382,7 @@ async fn decides_oldest_early_under_memory_pressure() {
         "the oldest first"
     );
     assert!(
-        !early_traces.contains(&trace_with_randomness(200, 199)),
+        !early_traces.contains(&trace_with_randomness(300, 299)),
         "the newest still held"
     );
     assert_eq!(
@@ -395,7 +395,7 @@ async fn decides_oldest_early_under_memory_pressure() {
     let rest = h.close().await;
     assert_eq!(
         early.len() + rest.len(),
-        200 * 4,
+        300 * 4,
         "every trace decided, none lost"
     );
 }
@@ -451,6 +451,44 @@ fn span_bytes(batch: &TraceBatch) -> usize {
         .flat_map(|s| &s.spans)
         .map(|s| s.bytes.len())
         .sum()
+}
+
+/// Scenario: two requests, each with spans of several traces under two services, the
+/// second adding spans to traces of the first; then every trace is decided (all kept,
+/// and downstream drops what it receives) and intake closes.
+/// Guarantees: while the traces are held, what the sampler charges (and what the budget
+/// holds) covers at least the spans' bytes plus each trace and its origins; once the
+/// traces have left, nothing stays charged: the origins shared between traces are
+/// released with the last trace that held them.
+#[tokio::test(start_paused = true)]
+async fn charges_cover_what_is_held_and_are_all_released() {
+    let budget = MemoryBudget::unlimited();
+    let mut h = Harness::start_with_budget(settings(), 100.0, budget.clone());
+    let mut first: Vec<TestSpan> = (1..=6u128).map(|trace| span(trace, 1, None)).collect();
+    for span in first.iter_mut().skip(3) {
+        span.service = "other";
+    }
+    let second: Vec<TestSpan> = (1..=6u128)
+        .flat_map(|trace| children(trace, 2, 3))
+        .collect();
+    let mut encoded = 0;
+    for spans in [first, second] {
+        encoded += span_bytes(&request(&spans));
+        h.send(spans);
+    }
+    let held = h.sampler().bytes_held();
+    let floor = encoded + 6 * std::mem::size_of::<PendingTrace>();
+    assert!(held >= floor, "charged {held} < held {floor}");
+    assert_eq!(
+        budget.used(),
+        held,
+        "the budget holds what the sampler charges"
+    );
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(h.drain().len(), 24);
+    assert_eq!(h.sampler().bytes_held(), 0);
+    assert!(h.close().await.is_empty());
+    assert_eq!(budget.used(), 0, "nothing stays charged");
 }
 
 /// Reads `expected` spans from a sampler's output, dropping each batch once read (which
