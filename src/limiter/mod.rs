@@ -14,9 +14,7 @@
 //!   RSS guard is tripped.
 //! - [`MemoryLimiter::watch`] reads the process RSS every `check_interval` and moves the
 //!   limiter between normal, soft and hard, with hysteresis: back to normal only once both
-//!   the RSS and the budget are below 90% of the soft limit. Admission moves it from
-//!   normal to soft between readings when a request does not fit and the estimated RSS is
-//!   already above that 90%. Each change is logged once.
+//!   the RSS and the budget are below 90% of the soft limit. Each change is logged once.
 
 mod budget;
 mod cgroup;
@@ -326,43 +324,12 @@ impl MemoryLimiter {
         let ceiling = soft.saturating_sub(overhead);
         let bytes = most.min(ceiling).max(least);
         Reservation::try_take(&self.budget, bytes, ceiling).ok_or_else(|| {
-            let used = self.budget.used();
-            self.refused_near_soft_limit(overhead.saturating_add(used), used);
-            if used.saturating_add(bytes) > soft {
+            if self.budget.used().saturating_add(bytes) > soft {
                 refuse("memory budget full")
             } else {
                 refuse("memory use near the soft limit")
             }
         })
-    }
-
-    /// A request did not fit under the soft limit with the RSS estimated at `estimate`
-    /// bytes (`used` of them the budget's). When that estimate is already within the
-    /// hysteresis band (at or above [`RECOVERY_SHARE`] of the soft limit), the limiter
-    /// is at its soft limit in all but the reading: it enters the soft state now, as the
-    /// reading after any admission would put it, so that the state, its gauge and its
-    /// Event say why requests are refused, and the next checks leave it only once use is
-    /// below the band. A request refused far below the limit (a large one) moves nothing.
-    fn refused_near_soft_limit(&self, estimate: usize, used: usize) {
-        let recovered = (self.limits.soft as f64 * RECOVERY_SHARE) as u64;
-        let estimate = u64::try_from(estimate).unwrap_or(u64::MAX);
-        if estimate < recovered {
-            return;
-        }
-        let entered = self.state.compare_exchange(
-            LimiterState::Normal as u8,
-            LimiterState::Soft as u8,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-        if entered.is_ok() {
-            self.changed(
-                LimiterState::Normal,
-                LimiterState::Soft,
-                estimate,
-                u64::try_from(used).unwrap_or(u64::MAX),
-            );
-        }
     }
 
     /// Reads the RSS every `check_interval` and updates the state until `stop`.
@@ -398,44 +365,23 @@ impl MemoryLimiter {
         self.overhead
             .store(rss.saturating_sub(used), Ordering::Relaxed);
         let highest = rss.max(used);
+        let before = self.state();
         let recovered = (self.limits.soft as f64 * RECOVERY_SHARE) as u64;
+        // Once refusing, stay so until use is clearly below the soft limit.
+        let soft_from = if before == LimiterState::Normal {
+            self.limits.soft
+        } else {
+            recovered
+        };
+        let after = if highest >= self.limits.hard {
+            LimiterState::Hard
+        } else if highest >= soft_from {
+            LimiterState::Soft
+        } else {
+            LimiterState::Normal
+        };
+        self.state.store(after as u8, Ordering::Relaxed);
         self.metrics.rss.set(i64::try_from(rss).unwrap_or(i64::MAX));
-        // Admission may move the state from normal to soft between readings: the move is
-        // made with a compare-and-swap so that each change is made, and reported, once.
-        let mut before = self.state();
-        loop {
-            // Once refusing, stay so until use is clearly below the soft limit.
-            let soft_from = if before == LimiterState::Normal {
-                self.limits.soft
-            } else {
-                recovered
-            };
-            let after = if highest >= self.limits.hard {
-                LimiterState::Hard
-            } else if highest >= soft_from {
-                LimiterState::Soft
-            } else {
-                LimiterState::Normal
-            };
-            match self.state.compare_exchange(
-                before as u8,
-                after as u8,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    self.changed(before, after, rss, used);
-                    return;
-                }
-                Err(now) => before = LimiterState::from_raw(now),
-            }
-        }
-    }
-
-    /// Reports a move from `before` to `after` (only the gauge when they are the same):
-    /// the state gauge, a log line, and an Event when the normal state is left or
-    /// re-entered. `rss` is the reading, or admission's estimate when admission moved it.
-    fn changed(&self, before: LimiterState, after: LimiterState, rss: u64, used: u64) {
         self.metrics.state.set(after as i64);
         if after != before {
             // One event at two levels (a `tracing` level is fixed per call site): entering
@@ -578,41 +524,6 @@ mod tests {
             limiter.reserve(100).is_err(),
             "250 + 100 + 500 overhead would pass 800"
         );
-    }
-
-    /// Scenario: the last reading shows 500 bytes beyond the budget; the budget grows to
-    /// 250, so the RSS is estimated at 750 (94% of the soft limit of 800), and a request
-    /// of 100 bytes arrives.
-    /// Guarantees: it is refused and the limiter enters the soft state at once (every
-    /// request is then refused); readings keep it there while they are at or above 90% of
-    /// the soft limit and return it to normal below.
-    #[test]
-    fn refusal_within_the_hysteresis_band_enters_the_soft_state() {
-        let limiter = limiter(1000, 800);
-        limiter.budget().charge(100);
-        limiter.observe(600);
-        limiter.budget().charge(150);
-        assert!(limiter.reserve(100).is_err());
-        assert_eq!(limiter.state(), LimiterState::Soft);
-        assert!(limiter.reserve(0).is_err(), "the soft state refuses all");
-        limiter.observe(730);
-        assert_eq!(limiter.state(), LimiterState::Soft, "still within the band");
-        limiter.observe(700);
-        assert_eq!(limiter.state(), LimiterState::Normal);
-        assert!(limiter.reserve(0).is_ok());
-    }
-
-    /// Scenario: the RSS is far below the soft limit (100 of 800) when a request of 750
-    /// bytes arrives, which does not fit beside it.
-    /// Guarantees: it is refused, the limiter stays normal, and smaller requests are
-    /// still admitted.
-    #[test]
-    fn large_request_refused_far_below_the_limit_moves_no_state() {
-        let limiter = limiter(1000, 800);
-        limiter.observe(100);
-        assert!(limiter.reserve(750).is_err());
-        assert_eq!(limiter.state(), LimiterState::Normal);
-        assert!(limiter.reserve(100).is_ok());
     }
 
     /// Scenario: the budget is nearly full when a request arrives.
