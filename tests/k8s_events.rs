@@ -262,9 +262,9 @@ async fn outage_until_limited(
 
 /// Scenario: the tailgate binary with `k8s_events` pointed at the fake API server and the
 /// downward API's variables set, a memory limiter (soft limit 48 MiB) and a sink that goes
-/// down twice: each time, waves of 48 concurrent ~1 MiB OTLP/HTTP requests (each on a
-/// connection closed after it) are sent until the limiter
-/// leaves its normal state, then the sink comes back and the queue drains; then SIGTERM.
+/// down twice: each time, waves of 48 concurrent ~1 MiB OTLP/HTTP requests (on 48
+/// keep-alive connections, closed after the last wave) are sent until the limiter leaves
+/// its normal state, then the sink comes back and the queue drains; then SIGTERM.
 /// Guarantees: every Event the gateway posted passed the Kubernetes 1.30 schema and the
 /// API server's Event validation (no request refused); each is `regarding` the Pod
 /// (name, namespace, uid) with `reportingController: tailgate.io/gateway` and

@@ -1026,12 +1026,18 @@ fn walk_msg(msg: Msg, r: &mut Reader<'_>, ctx: u32, path: &Path<'_>) -> Result<(
 /// time before the full validation.
 #[inline]
 fn is_utf8(bytes: &[u8]) -> bool {
-    let ascii = if bytes.len() <= 64 {
+    is_ascii(bytes) || std::str::from_utf8(bytes).is_ok()
+}
+
+/// True when every byte of `bytes` is ASCII: [`is_short_ascii`] up to 64 bytes, the
+/// standard library's word-wise check above.
+#[inline]
+fn is_ascii(bytes: &[u8]) -> bool {
+    if bytes.len() <= 64 {
         is_short_ascii(bytes)
     } else {
         bytes.is_ascii()
-    };
-    ascii || std::str::from_utf8(bytes).is_ok()
+    }
 }
 
 /// True when every byte of `bytes` is ASCII, for the short strings most keys and values
@@ -1139,9 +1145,7 @@ fn is_common_attribute(body: &[u8]) -> bool {
     }
     let value = &body[value_at + 2..];
     match value {
-        [0x0A, string_len, ..] => {
-            usize::from(*string_len) == value.len() - 2 && is_ascii_up_to_127(body)
-        }
+        [0x0A, string_len, ..] => usize::from(*string_len) == value.len() - 2 && is_ascii(body),
         [0x10 | 0x18, ..] => {
             let mut pos = 1;
             plain_varint(value, &mut pos).is_some()
@@ -1149,16 +1153,6 @@ fn is_common_attribute(body: &[u8]) -> bool {
                 && is_short_ascii(&body[..value_at + 3])
         }
         _ => false,
-    }
-}
-
-/// [`is_short_ascii`] up to 64 bytes, the standard library's word-wise check above.
-#[inline]
-fn is_ascii_up_to_127(bytes: &[u8]) -> bool {
-    if bytes.len() <= 64 {
-        is_short_ascii(bytes)
-    } else {
-        bytes.is_ascii()
     }
 }
 
