@@ -7,12 +7,13 @@
 //! Both forget their oldest entries first (FIFO): a trace's late spans arrive soon after
 //! its decision, so recency of insertion is what matters.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasher, RandomState};
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::OnceLock;
 
 use foldhash::SharedSeed;
 use foldhash::fast::SeedableRandomState;
+use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use super::policy::ThresholdUpdate;
@@ -61,24 +62,16 @@ pub enum Cached {
 /// The two decision caches of one buffer shard.
 #[derive(Debug)]
 pub struct DecisionCache {
-    kept: HashMap<TraceId, KeptDecision, TraceIdHasher>,
-    kept_order: VecDeque<TraceId>,
-    kept_capacity: usize,
-    not_kept: HashSet<u64, TraceIdHasher>,
-    not_kept_order: VecDeque<u64>,
-    not_kept_capacity: usize,
+    kept: FifoMap<TraceId, KeptDecision>,
+    not_kept: FifoMap<u64, ()>,
 }
 
 impl DecisionCache {
     /// Caches holding at most `kept_capacity` and `not_kept_capacity` traces (0 disables).
     pub fn new(kept_capacity: usize, not_kept_capacity: usize) -> Self {
         Self {
-            kept: HashMap::with_hasher(trace_id_hasher()),
-            kept_order: VecDeque::new(),
-            kept_capacity,
-            not_kept: HashSet::with_hasher(trace_id_hasher()),
-            not_kept_order: VecDeque::new(),
-            not_kept_capacity,
+            kept: FifoMap::new(kept_capacity),
+            not_kept: FifoMap::new(not_kept_capacity),
         }
     }
 
@@ -87,51 +80,145 @@ impl DecisionCache {
         if let Some(kept) = self.kept.get(trace_id) {
             return Some(Cached::Kept(*kept));
         }
-        if self.not_kept.contains(&fingerprint(trace_id)) {
+        if self.not_kept.get(&fingerprint(trace_id)).is_some() {
             return Some(Cached::NotKept);
         }
         None
     }
 
-    /// Remembers that `trace_id` was kept.
+    /// Remembers that `trace_id` was kept (replacing what was remembered for it, without
+    /// making it newer).
     pub fn insert_kept(&mut self, trace_id: TraceId, decision: KeptDecision) {
-        if self.kept_capacity == 0 {
-            return;
-        }
-        if self.kept.insert(trace_id, decision).is_none() {
-            self.kept_order.push_back(trace_id);
-            while self.kept_order.len() > self.kept_capacity {
-                if let Some(oldest) = self.kept_order.pop_front() {
-                    self.kept.remove(&oldest);
-                }
-            }
-        }
+        self.kept.insert(trace_id, decision);
     }
 
     /// The kept decisions made (or handed over) at or after `since`, newest first.
     pub fn kept_since(&self, since: Instant) -> impl Iterator<Item = (TraceId, KeptDecision)> {
-        self.kept_order
-            .iter()
-            .rev()
-            .filter_map(|id| self.kept.get(id).map(|kept| (*id, *kept)))
+        self.kept
+            .newest_first()
+            .map(|(id, kept)| (*id, *kept))
             .take_while(move |(_, kept)| kept.decided_at >= since)
     }
 
     /// Remembers that `trace_id` was not kept.
     pub fn insert_not_kept(&mut self, trace_id: &TraceId) {
-        if self.not_kept_capacity == 0 {
-            return;
-        }
-        let print = fingerprint(trace_id);
-        if self.not_kept.insert(print) {
-            self.not_kept_order.push_back(print);
-            while self.not_kept_order.len() > self.not_kept_capacity {
-                if let Some(oldest) = self.not_kept_order.pop_front() {
-                    self.not_kept.remove(&oldest);
-                }
-            }
+        self.not_kept.insert(fingerprint(trace_id), ());
+    }
+}
+
+/// A map of at most `capacity` entries that forgets the oldest first.
+///
+/// The entries sit in insertion order in one ring; a hash index holds each entry's
+/// position (a 4-byte sequence number), not a copy of its key. Beside the entries, an
+/// entry costs 5 bytes of index per bucket (1.1 to 2.3 buckets per entry as the index
+/// grows), where a `HashMap` (or `HashSet`) plus an order queue held the key twice and
+/// paid the table's growth slack on the whole entry. The ring grows by half, not by
+/// doubling, and never past `capacity`. The decision caches hold up to a million entries
+/// per replica, filling at the rate traces are decided: this is memory that sits beside
+/// the held spans for the whole of a busy gateway's life.
+struct FifoMap<K, V> {
+    /// The entries, oldest first.
+    entries: VecDeque<(K, V)>,
+    /// The sequence number of each entry; `entries[i]` has sequence number `front + i`
+    /// (wrapping).
+    index: HashTable<u32>,
+    /// The sequence number of `entries[0]`.
+    front: u32,
+    capacity: usize,
+    hasher: TraceIdHasher,
+}
+
+impl<K: Copy + Eq + Hash, V> FifoMap<K, V> {
+    /// An empty map of at most `capacity` entries (0: it holds none), clamped to 2^32 - 1
+    /// so that sequence numbers of the entries held never collide.
+    fn new(capacity: usize) -> Self {
+        Self {
+            entries: VecDeque::new(),
+            index: HashTable::new(),
+            front: 0,
+            capacity: capacity.min(u32::MAX as usize),
+            hasher: trace_id_hasher(),
         }
     }
+
+    /// The value held for `key`, if any.
+    fn get(&self, key: &K) -> Option<&V> {
+        let Self {
+            entries,
+            index,
+            front,
+            hasher,
+            ..
+        } = self;
+        index
+            .find(hasher.hash_one(key), |&sequence| {
+                entries[position(*front, sequence)].0 == *key
+            })
+            .map(|&sequence| &entries[position(*front, sequence)].1)
+    }
+
+    /// Holds `value` for `key`: as the newest entry if `key` was not held (forgetting the
+    /// oldest entry beyond the capacity), in place if it was.
+    fn insert(&mut self, key: K, value: V) {
+        if self.capacity == 0 {
+            return;
+        }
+        let Self {
+            entries,
+            index,
+            front,
+            capacity,
+            hasher,
+        } = self;
+        let hash = hasher.hash_one(key);
+        let found = index.find(hash, |&sequence| {
+            entries[position(*front, sequence)].0 == key
+        });
+        if let Some(&sequence) = found {
+            entries[position(*front, sequence)].1 = value;
+            return;
+        }
+        if entries.len() == *capacity {
+            if let Some((oldest, _)) = entries.front() {
+                let oldest_hash = hasher.hash_one(oldest);
+                if let Ok(slot) = index.find_entry(oldest_hash, |&sequence| sequence == *front) {
+                    slot.remove();
+                }
+            }
+            entries.pop_front();
+            *front = front.wrapping_add(1);
+        } else if entries.len() == entries.capacity() {
+            let grow = (entries.len() / 2).max(MIN_GROWTH);
+            entries.reserve_exact(grow.min(*capacity - entries.len()));
+        }
+        let sequence = front.wrapping_add(entries.len() as u32);
+        entries.push_back((key, value));
+        index.insert_unique(hash, sequence, |&sequence| {
+            hasher.hash_one(entries[position(*front, sequence)].0)
+        });
+    }
+
+    /// The entries, newest first.
+    fn newest_first(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.entries.iter().rev().map(|(key, value)| (key, value))
+    }
+}
+
+impl<K, V> std::fmt::Debug for FifoMap<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FifoMap")
+            .field("len", &self.entries.len())
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+/// The smallest growth of a map's ring, in entries.
+const MIN_GROWTH: usize = 64;
+
+/// The position in the ring of the entry with `sequence`, when the oldest has `front`.
+fn position(front: u32, sequence: u32) -> usize {
+    sequence.wrapping_sub(front) as usize
 }
 
 /// A 64-bit fingerprint of a trace id: its high half folded with its low half. Two trace
@@ -148,6 +235,8 @@ fn fingerprint(trace_id: &TraceId) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn id(n: u8) -> TraceId {
@@ -179,5 +268,79 @@ mod tests {
         off.insert_not_kept(&id(2));
         assert_eq!(off.get(&id(1)), None);
         assert_eq!(off.get(&id(2)), None);
+    }
+
+    /// One step of a [`FifoMap`] scenario.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Insert(u8, u16),
+        Get(u8),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u8..24, any::<u16>()).prop_map(|(key, value)| Step::Insert(key, value)),
+            (0u8..24).prop_map(Step::Get),
+        ]
+    }
+
+    proptest! {
+        /// Scenario: any sequence of inserts and look-ups, with any capacity, starting at
+        /// any sequence number (so that sequence numbers wrap).
+        /// Guarantees: the map answers as a plain list that appends new keys, updates held
+        /// ones in place and drops the oldest beyond the capacity; its entries, newest
+        /// first, are that list's.
+        #[test]
+        fn fifo_map_matches_a_plain_list(
+            capacity in 0usize..12,
+            front in prop_oneof![Just(0u32), Just(u32::MAX - 20), any::<u32>()],
+            steps in proptest::collection::vec(step(), 0..200),
+        ) {
+            let mut map = FifoMap::<u8, u16>::new(capacity);
+            map.front = front;
+            let mut model: VecDeque<(u8, u16)> = VecDeque::new();
+            for step in steps {
+                match step {
+                    Step::Insert(key, value) => {
+                        map.insert(key, value);
+                        if capacity == 0 {
+                            continue;
+                        }
+                        if let Some(held) = model.iter_mut().find(|(k, _)| *k == key) {
+                            held.1 = value;
+                        } else {
+                            model.push_back((key, value));
+                            if model.len() > capacity {
+                                model.pop_front();
+                            }
+                        }
+                    }
+                    Step::Get(key) => {
+                        let expected = model.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+                        prop_assert_eq!(map.get(&key), expected);
+                    }
+                }
+                prop_assert_eq!(map.index.len(), model.len());
+            }
+            let newest: Vec<(u8, u16)> = map.newest_first().map(|(k, v)| (*k, *v)).collect();
+            let expected: Vec<(u8, u16)> = model.iter().rev().copied().collect();
+            prop_assert_eq!(newest, expected);
+        }
+    }
+
+    /// Scenario: a map filled far past its capacity with distinct keys.
+    /// Guarantees: its ring never holds room for more than the capacity, so a full cache
+    /// costs what its capacity says.
+    #[test]
+    fn fifo_map_ring_never_outgrows_its_capacity() {
+        let mut map = FifoMap::<u64, ()>::new(1000);
+        for key in 0..5000u64 {
+            map.insert(key, ());
+        }
+        assert_eq!(map.entries.len(), 1000);
+        assert_eq!(map.entries.capacity(), 1000);
+        assert!(map.get(&3999).is_none());
+        assert!(map.get(&4000).is_some());
+        assert!(map.get(&4999).is_some());
     }
 }
