@@ -56,8 +56,9 @@ mod tests;
 pub use hand_off::{HandOffRefused, HandOffSettings, LEAVING_SWEEP, Owner, Ownership, Peers};
 pub use metrics::{EarlyReason, SamplerMetricFamilies, SamplerMetrics, SpanOutcome};
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -838,18 +839,40 @@ impl TailSampler {
         }
     }
 
-    /// The `n`-th earliest deadline (1-based) over all shards, if that many traces are held.
+    /// The `n`-th earliest deadline (1-based) over all shards; the latest of them when
+    /// fewer than `n` traces are held; `None` when none is.
+    ///
+    /// The shards' deadlines, each already in order, are merged through a heap, so the
+    /// walk reads about `n` live entries in all. Taking the first `n` of every shard and
+    /// selecting among them read up to `n` per shard, each a map look-up: with the buffer
+    /// at `num_traces`, that was a fifth of the gateway's CPU. Every shard is locked for
+    /// the walk (in index order; no other path holds two shards at once), so that the
+    /// entries stay put while they are read.
     fn nth_deadline(&self, n: usize) -> Option<Instant> {
-        let mut earliest: Vec<Instant> = Vec::new();
-        for shard in 0..self.shards.len() {
-            let shard = self.lock(shard);
-            earliest.extend(shard.deadlines_in_order().take(n));
+        let shards: Vec<MutexGuard<'_, Shard>> = (0..self.shards.len())
+            .map(|shard| self.lock(shard))
+            .collect();
+        let mut queues: Vec<_> = shards
+            .iter()
+            .map(|shard| shard.deadlines_in_order())
+            .collect();
+        let mut fronts = BinaryHeap::with_capacity(queues.len());
+        for (shard, queue) in queues.iter_mut().enumerate() {
+            if let Some(deadline) = queue.next() {
+                fronts.push(Reverse((deadline, shard)));
+            }
         }
-        if earliest.len() < n {
-            return earliest.into_iter().max();
+        let mut nth = None;
+        for _ in 0..n {
+            let Some(Reverse((deadline, shard))) = fronts.pop() else {
+                break;
+            };
+            nth = Some(deadline);
+            if let Some(next) = queues[shard].next() {
+                fronts.push(Reverse((next, shard)));
+            }
         }
-        let (_, nth, _) = earliest.select_nth_unstable(n - 1);
-        Some(*nth)
+        nth
     }
 
     /// The earliest deadline of any held trace.

@@ -318,6 +318,43 @@ async fn decides_oldest_early_over_num_traces() {
     );
 }
 
+/// Scenario: 40 traces held across the shards, first seen 1 ms apart, a third of them
+/// moved earlier by their root span (leaving a stale deadline entry behind).
+/// Guarantees: `nth_deadline(n)` is the n-th of every held trace's deadline sorted, the
+/// latest when fewer than n are held, and none when nothing is.
+#[tokio::test(start_paused = true)]
+async fn nth_deadline_is_the_nth_of_all_shards_deadlines() {
+    let mut config = settings();
+    config.decision_wait_after_root = Some(Duration::from_millis(500));
+    let h = Harness::start(config, 100.0);
+    assert_eq!(h.sampler().nth_deadline(1), None);
+    for t in 0..40u64 {
+        let trace = trace_with_randomness(t + 1, t);
+        h.send(vec![span(trace, 2, Some(1))]);
+        if t % 3 == 0 {
+            h.send(vec![span(trace, 1, None)]);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let sampler = h.sampler();
+    let mut deadlines: Vec<_> = (0..sampler.shards.len())
+        .flat_map(|shard| {
+            let shard = sampler.lock(shard);
+            shard
+                .traces
+                .values()
+                .map(|trace| trace.deadline)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    deadlines.sort();
+    assert_eq!(deadlines.len(), 40);
+    for n in 1..=40 {
+        assert_eq!(sampler.nth_deadline(n), Some(deadlines[n - 1]), "n = {n}");
+    }
+    assert_eq!(sampler.nth_deadline(41), deadlines.last().copied());
+}
+
 /// Scenario: num_traces is 3 with block_on_overflow, and 5 traces arrive in one request.
 /// Guarantees: nothing is decided early; further intake is refused retryably until the
 /// traces are decided at their deadline, then admitted again.
