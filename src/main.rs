@@ -22,14 +22,15 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 ///   freed block to the arena it came from; with an arena per thread (jemalloc's default
 ///   is four per CPU), each arena kept dirty pages up to its own peak, and the process
 ///   held the sum of the peaks rather than the peak of the sum: 15 MB more RSS for
-///   300,000 held spans, with no CPU saved (BENCHMARKS.md, "Memory pass 2"). The thread
-///   caches still serve most allocations without the arena's lock.
+///   300,000 held spans, and no CPU saved by the extra arenas (BENCHMARKS.md,
+///   "Performance pass 2, fourth stop"). The thread caches still serve most
+///   allocations without the arena's lock.
 /// - `background_thread:true`: freed pages are returned to the OS by jemalloc's own
 ///   thread as they age (`dirty_decay_ms`, 10 s). Without it, pages age only when the
 ///   process allocates, so a gateway gone quiet after a burst kept the burst's RSS for
-///   as long as it stayed quiet (190 MB after a 15 s flat-out load; with the thread, 70
-///   MB of it went back within 4 s): a pod that looked as full as at its peak, to its
-///   memory limit and to the limiter's next reading.
+///   as long as it stayed quiet (190 MB after a 15 s flat-out load; with the thread,
+///   nearly 70 MB of it went back within 4 s): a pod that looked as full as at its
+///   peak, to its memory limit and to the limiter's next reading.
 ///
 /// jemalloc declares `malloc_conf` weak and reads it as a NUL-terminated C string; this
 /// definition is a pointer to the first byte of one that lives for the whole process.
