@@ -143,6 +143,10 @@ impl<K: Copy + Eq + Hash, V> FifoMap<K, V> {
 
     /// The value held for `key`, if any.
     fn get(&self, key: &K) -> Option<&V> {
+        // An empty map (a cache turned off, or not yet filled) costs no hash.
+        if self.entries.is_empty() {
+            return None;
+        }
         let Self {
             entries,
             index,
