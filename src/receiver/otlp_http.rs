@@ -59,11 +59,14 @@ const INLINE_INFLATE_BYTES: usize = 256 * 1024;
 /// JSON bodies larger than this are transcoded on a blocking thread.
 const INLINE_JSON_BYTES: usize = 256 * 1024;
 
-/// What transcoding holds per byte of an OTLP/JSON body, besides the body: serde_json's
-/// tree, the prost request and its encoding, all alive at once. Measured for the tree
-/// alone: 6 times the text for spans without attributes, 18 times with ten attributes
-/// each (every small object is a B-tree node of several hundred bytes). Reserved for the
-/// time of the transcoding.
+/// What transcoding holds per byte of an OTLP/JSON body, besides the body: the parsed
+/// document (a flat list of nodes borrowing from the body) and the protobuf written from
+/// it, both alive at once. Reserved for the time of the transcoding. Measured: ~3.5 per
+/// byte for the load generator's bodies (the document 2.9 with its spare capacity, the
+/// protobuf 0.4). The densest JSON (`[0,0,0,…]`, a node per two bytes) peaks near 27
+/// while the parser copies a finished array off its stack, above what this reserves;
+/// the RSS guard still catches such a body (BENCHMARKS.md, "OTLP/HTTP JSON: CPU per
+/// span"). A bound per node, charged as the parser goes, would close that.
 const JSON_TRANSCODE_FACTOR: usize = 20;
 
 /// How much a decompression buffer grows by at least.
