@@ -180,7 +180,6 @@ mod tests {
     /// or option would silently leave jemalloc's defaults).
     #[test]
     fn ships_with_its_allocator_options() {
-        let _warm: Vec<u8> = Vec::with_capacity(64);
         // `arenas.narenas` also counts the arena jemalloc keeps apart for allocations
         // above `oversize_threshold` (8 MiB): the option is what the threads share.
         assert_eq!(allocator_option::<u32>("opt.narenas"), 1);

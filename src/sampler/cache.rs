@@ -147,18 +147,11 @@ impl<K: Copy + Eq + Hash, V> FifoMap<K, V> {
         if self.entries.is_empty() {
             return None;
         }
-        let Self {
-            entries,
-            index,
-            front,
-            hasher,
-            ..
-        } = self;
-        index
-            .find(hasher.hash_one(key), |&sequence| {
-                entries[position(*front, sequence)].0 == *key
+        self.index
+            .find(self.hasher.hash_one(key), |&sequence| {
+                self.entries[position(self.front, sequence)].0 == *key
             })
-            .map(|&sequence| &entries[position(*front, sequence)].1)
+            .map(|&sequence| &self.entries[position(self.front, sequence)].1)
     }
 
     /// Holds `value` for `key`: as the newest entry if `key` was not held (forgetting the
