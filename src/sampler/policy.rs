@@ -96,12 +96,19 @@ pub enum ThresholdUpdate {
 
 // === TraceFacts ===
 
+/// "None" for a 56-bit value (an `rv`, a threshold) held in a `u64`: above every 56-bit
+/// value. An `Option<u64>` would take 16 bytes.
+const NONE_56: u64 = u64::MAX;
+
 /// The running facts of one trace that the policies need, updated span by span at
 /// ingest so a decision never re-reads spans.
 #[derive(Clone, Debug)]
 pub struct TraceFacts {
     trace_id: TraceId,
-    span_count: u64,
+    /// Saturates at `u32::MAX`, far beyond any trace a memory budget can hold: the count
+    /// and the two 56-bit values below are kept narrow so that a held trace's state fits
+    /// a smaller allocation (see `PendingTrace`).
+    span_count: u32,
     bytes: u64,
     /// Earliest `start_time_unix_nano`; `u64::MAX` before the first span.
     min_start: u64,
@@ -110,16 +117,17 @@ pub struct TraceFacts {
     any_sampled_flag: bool,
     /// The smallest valid `rv` of any span. Spans of one trace should agree; if they do not,
     /// the smallest is used so that the result does not depend on arrival order and a kept
-    /// trace satisfies `rv >= T` for every span's `rv`.
-    min_rv: Option<u64>,
-    max_incoming_th: Option<Threshold>,
+    /// trace satisfies `rv >= T` for every span's `rv`. [`NONE_56`] when no span had one.
+    min_rv: u64,
+    /// The highest incoming `th`'s raw value; [`NONE_56`] when no span had one.
+    max_incoming_th: u64,
     matched: Bits,
 }
 
 impl TraceFacts {
     /// Spans observed so far.
     pub fn span_count(&self) -> u64 {
-        self.span_count
+        u64::from(self.span_count)
     }
 
     /// The trace id given to [`PolicySet::new_facts`].
@@ -135,13 +143,17 @@ impl TraceFacts {
     /// The trace's randomness `R`: the `rv` of the spans' `ot` tracestate entry if any span
     /// has one (the smallest, should they differ), else the low 56 bits of the trace id.
     pub fn randomness(&self) -> u64 {
-        self.min_rv
-            .unwrap_or_else(|| threshold::trace_id_randomness(&self.trace_id))
+        if self.min_rv == NONE_56 {
+            threshold::trace_id_randomness(&self.trace_id)
+        } else {
+            self.min_rv
+        }
     }
 
     /// The highest `th` any span arrived with, if any.
     pub fn max_incoming_threshold(&self) -> Option<Threshold> {
-        self.max_incoming_th
+        // The sentinel is no 56-bit value, so it reads back as none.
+        Threshold::from_raw(self.max_incoming_th)
     }
 
     /// Latest end minus earliest start, in whole milliseconds (truncated toward zero, as Go's
@@ -258,8 +270,8 @@ impl PolicySet {
             min_start: u64::MAX,
             max_end: 0,
             any_sampled_flag: false,
-            min_rv: None,
-            max_incoming_th: None,
+            min_rv: NONE_56,
+            max_incoming_th: NONE_56,
             matched: Bits::with_len(self.predicates.len()),
         }
     }
@@ -291,7 +303,7 @@ impl PolicySet {
         resource: &ResourceMatches,
         span: &SpanView,
     ) {
-        facts.span_count += 1;
+        facts.span_count = facts.span_count.saturating_add(1);
         facts.bytes += span.bytes.len() as u64;
         facts.min_start = facts.min_start.min(span.start_time_unix_nano);
         facts.max_end = facts.max_end.max(span.end_time_unix_nano);
@@ -302,10 +314,16 @@ impl PolicySet {
         if !trace_state.is_empty() {
             let ot = threshold::read_ot(trace_state);
             if let Some(rv) = ot.rv {
-                facts.min_rv = Some(facts.min_rv.map_or(rv, |old| old.min(rv)));
+                // rv has 14 hex digits, so it is below the sentinel, which any rv replaces.
+                facts.min_rv = facts.min_rv.min(rv);
             }
             if let Some(th) = ot.th {
-                facts.max_incoming_th = Some(facts.max_incoming_th.map_or(th, |old| old.max(th)));
+                let th = th.raw();
+                facts.max_incoming_th = if facts.max_incoming_th == NONE_56 {
+                    th
+                } else {
+                    facts.max_incoming_th.max(th)
+                };
             }
             for &i in &self.trace_state_predicates {
                 if !facts.matched.get(i) && self.predicates[i].matches_trace_state(trace_state) {
@@ -885,10 +903,10 @@ impl Node {
                 Outcome::content(collector_hash(salt, &facts.trace_id) <= *threshold)
             }
             Node::TraceFlags => Outcome::content(facts.any_sampled_flag),
-            Node::SpanRate(bucket) => Outcome::content(bucket.allow(now, facts.span_count)),
+            Node::SpanRate(bucket) => Outcome::content(bucket.allow(now, facts.span_count())),
             Node::ByteRate(bucket) => Outcome::content(bucket.allow(now, facts.bytes)),
             Node::SpanCount { min, max } => Outcome::content(
-                facts.span_count >= *min && max.is_none_or(|max| facts.span_count <= max),
+                facts.span_count() >= *min && max.is_none_or(|max| facts.span_count() <= max),
             ),
             Node::And(subs) => {
                 // Every sub-policy must sample; the first that does not ends the evaluation
@@ -1032,7 +1050,7 @@ impl Composite {
                 state.window = window;
                 state.sampled.iter_mut().for_each(|count| *count = 0);
             }
-            let if_sampled = state.sampled[i].saturating_add(facts.span_count);
+            let if_sampled = state.sampled[i].saturating_add(facts.span_count());
             if if_sampled <= self.allocated[i] && if_sampled <= self.max_total {
                 state.sampled[i] = if_sampled;
                 return Outcome {
