@@ -10,7 +10,9 @@
 #   arrival at the sink (p50/p99), refusals; and, with a tail sampler, the most spans it
 #   held at once (its tailgate_sampler_spans_held, polled every 0.25 s with the gateway's
 #   VmRSS) and the RSS above idle per held span at that moment, beside the bytes per held
-#   span the sampler charges (tailgate_sampler_bytes_held).
+#   span the sampler charges (tailgate_sampler_bytes_held); then the same RSS per held span
+#   as a median over the plateau of most spans held, and the RSS one more held span adds
+#   while the buffer fills (see held_stats).
 # Results: a Markdown table on stdout and in $OUT/results.md, raw JSON in $OUT/.
 #
 # Usage: benches/load.sh [--config FILE]... [--duration 25s] [--rate SPANS_PER_SEC]
@@ -153,6 +155,35 @@ sample_held() {
   done
 }
 
+# held_stats FILE IDLE_KB: from sample_held's lines, "max rss charged plateau filling":
+#   max       the most spans held at once;
+#   rss       RSS above idle per held span at that sample (B);
+#   charged   the sampler's charged bytes per held span at that sample (B);
+#   plateau   the median of RSS above idle per held span over every sample holding at
+#             least 95 % of the most (B): one sample lands anywhere on a plateau along
+#             which the decision caches fill and freed pages come and go;
+#   filling   the RSS added per span added while the buffer filled, from the first sample
+#             holding 10 % of the most to the first holding 90 % (B): the cost of one
+#             more held span, without the replica's fixed costs (decision caches, export
+#             buffers, pages the allocator keeps), which the other two divide among the
+#             held spans. "-" when the fill left no two such samples.
+held_stats() {
+  local max
+  max=$(awk '$2 > max {max = $2} END {print max + 0}' "$1")
+  if [ "$max" -eq 0 ]; then echo "0 0 0 - -"; return; fi
+  local at_max plateau filling
+  at_max=$(awk -v idle="$2" -v max="$max" '$2 == max {
+      printf "%.0f %.0f", ($1 - idle) * 1024 / $2, $3 / $2; exit}' "$1")
+  plateau=$(awk -v idle="$2" -v max="$max" '$2 >= 0.95 * max {
+      printf "%.0f\n", ($1 - idle) * 1024 / $2}' "$1" | sort -n |
+    awk '{v[NR] = $1} END {if (NR) printf "%.0f", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}')
+  filling=$(awk -v max="$max" '
+      !low && $2 >= 0.1 * max {low = 1; r0 = $1; h0 = $2}
+      !high && $2 >= 0.9 * max {high = 1; r1 = $1; h1 = $2}
+      END {if (high && h1 > h0) printf "%.0f", (r1 - r0) * 1024 / (h1 - h0); else print "-"}' "$1")
+  echo "$max $at_max $plateau $filling"
+}
+
 scenario_args() {
   local grpc=(--protocol grpc --endpoint "http://$TAILGATE_BENCH_GRPC")
   local grpc_tls=(--protocol grpc --endpoint "$TAILGATE_BENCH_GRPC" --tls-ca "$OUT/tls/ca.crt")
@@ -215,11 +246,8 @@ run_one() {
     --summary-json "$OUT/$tag.loadgen.json" >"$OUT/$tag.loadgen.out" 2>&1 || true
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
-  # The sample with the most spans held: "held rss-above-idle-B/span charged-B/span".
   local held
-  held=$(awk -v idle="$idle_kb" '$2 > max {max = $2; rss = $1; bytes = $3}
-    END {if (max > 0) printf "%d %.0f %.0f", max, (rss - idle) * 1024 / max, bytes / max;
-         else print "0 0 0"}' "$OUT/$tag.held")
+  held=$(held_stats "$OUT/$tag.held" "$idle_kb")
   # Drain: until the sink has every accepted span (pass-through) or stops changing for
   # 3 s (sampling), at most 30 s.
   local accepted last=-1 same=0
@@ -252,9 +280,10 @@ run_one() {
        cpu = ticks / hz;
        split(held, h, " ");
        buffered = (h[1] > 0 ? sprintf("%d / %d / %d", h[1], h[2], h[3]) : "-");
-       printf "| %s | %s | %s | %.0f | %d | %d | %.2f | %.1f | %.1f | %d / %d | %.1f | %d / %d | %.0f | %s |\n",
+       per_span = (h[1] > 0 ? sprintf("%s / %s", h[4], h[5]) : "-");
+       printf "| %s | %s | %s | %.0f | %d | %d | %.2f | %.1f | %.1f | %d / %d | %.1f | %d / %d | %.0f | %s | %s |\n",
          sc, gw, cfg, rate, acc, sink, (acc > 0 ? cpu / acc * 1e6 : 0), idle / 1024, hwm / 1024,
-         d50, d99, p99, refusals, refused, bps, buffered
+         d50, d99, p99, refusals, refused, bps, buffered, per_span
      }' | tee -a "$RESULTS"
 }
 
@@ -262,8 +291,8 @@ run_one() {
   echo
   echo "### $(date -u +%Y-%m-%dT%H:%MZ) duration $DURATION, rate $RATE spans/s, config $CONFIG_NOTE, export compression $TAILGATE_BENCH_EXPORT_COMPRESSION, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
-  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span | max held spans / RSS B per held span / charged B per held span |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span | max held spans / RSS B per held span / charged B per held span | RSS B per held span: plateau median / while filling |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee -a "$RESULTS"
 
 # A TLS scenario's client and a TLS config's server go together.
