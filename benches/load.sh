@@ -140,8 +140,10 @@ wait_port() {
   return 1
 }
 sink_spans() { jq -r '.spans' "$1" 2>/dev/null || echo 0; }
-# sample_held PID FILE: until PID ends, every 0.25 s a line "VmRSS-kB spans-held bytes-held"
-# (the sums over the gateway's tail samplers, 0 without one).
+# sample_held PID FILE: until PID ends, every 0.25 s a line "VmRSS-kB spans-held bytes-held
+# allocated-bytes dirty-bytes": spans and bytes held summed over the gateway's tail
+# samplers (0 without one), then the allocator's bytes allocated and freed pages kept
+# (otelcol_process_runtime_heap_alloc_bytes, tailgate_allocator_dirty_bytes).
 sample_held() {
   : >"$2"
   while kill -0 "$1" 2>/dev/null; do
@@ -149,13 +151,16 @@ sample_held() {
     rss=$(status_kb "$1" VmRSS 2>/dev/null || echo 0)
     held=$(curl -s --max-time 1 "http://$TAILGATE_BENCH_METRICS/metrics" 2>/dev/null |
       awk '/^tailgate_sampler_spans_held/ {s += $NF} /^tailgate_sampler_bytes_held/ {b += $NF}
-           END {printf "%d %d", s, b}' || echo "0 0")
+           /^otelcol_process_runtime_heap_alloc_bytes/ {a = $NF}
+           /^tailgate_allocator_dirty_bytes/ {d = $NF}
+           END {printf "%d %d %d %d", s, b, a, d}' || echo "0 0 0 0")
     echo "$rss $held" >>"$2"
     sleep 0.25
   done
 }
 
-# held_stats FILE IDLE_KB: from sample_held's lines, "max rss charged plateau filling":
+# held_stats FILE IDLE_KB: from sample_held's lines,
+# "max rss charged plateau filling allocated dirty":
 #   max       the most spans held at once;
 #   rss       RSS above idle per held span at that sample (B);
 #   charged   the sampler's charged bytes per held span at that sample (B);
@@ -166,14 +171,17 @@ sample_held() {
 #             holding 10 % of the most to the first holding 90 % (B): the cost of one
 #             more held span, without the replica's fixed costs (decision caches, export
 #             buffers, pages the allocator keeps), which the other two divide among the
-#             held spans. "-" when the fill left no two such samples.
+#             held spans. "-" when the fill left no two such samples;
+#   allocated, dirty  the allocator's bytes allocated and freed pages kept at the sample
+#             of most held (MiB).
 held_stats() {
   local max
   max=$(awk '$2 > max {max = $2} END {print max + 0}' "$1")
-  if [ "$max" -eq 0 ]; then echo "0 0 0 - -"; return; fi
+  if [ "$max" -eq 0 ]; then echo "0 0 0 - - - -"; return; fi
   local at_max plateau filling
   at_max=$(awk -v idle="$2" -v max="$max" '$2 == max {
-      printf "%.0f %.0f", ($1 - idle) * 1024 / $2, $3 / $2; exit}' "$1")
+      printf "%.0f %.0f %.1f %.1f", ($1 - idle) * 1024 / $2, $3 / $2, $4 / 1048576,
+        $5 / 1048576; exit}' "$1")
   plateau=$(awk -v idle="$2" -v max="$max" '$2 >= 0.95 * max {
       printf "%.0f\n", ($1 - idle) * 1024 / $2}' "$1" | sort -n |
     awk '{v[NR] = $1} END {if (NR) printf "%.0f", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}')
@@ -181,7 +189,8 @@ held_stats() {
       !low && $2 >= 0.1 * max {low = 1; r0 = $1; h0 = $2}
       !high && $2 >= 0.9 * max {high = 1; r1 = $1; h1 = $2}
       END {if (high && h1 > h0) printf "%.0f", (r1 - r0) * 1024 / (h1 - h0); else print "-"}' "$1")
-  echo "$max $at_max $plateau $filling"
+  read -r rss charged allocated dirty <<<"$at_max"
+  echo "$max $rss $charged $plateau $filling $allocated $dirty"
 }
 
 scenario_args() {
@@ -281,9 +290,10 @@ run_one() {
        split(held, h, " ");
        buffered = (h[1] > 0 ? sprintf("%d / %d / %d", h[1], h[2], h[3]) : "-");
        per_span = (h[1] > 0 ? sprintf("%s / %s", h[4], h[5]) : "-");
-       printf "| %s | %s | %s | %.0f | %d | %d | %.2f | %.1f | %.1f | %d / %d | %.1f | %d / %d | %.0f | %s | %s |\n",
+       allocator = (h[1] > 0 ? sprintf("%s / %s", h[6], h[7]) : "-");
+       printf "| %s | %s | %s | %.0f | %d | %d | %.2f | %.1f | %.1f | %d / %d | %.1f | %d / %d | %.0f | %s | %s | %s |\n",
          sc, gw, cfg, rate, acc, sink, (acc > 0 ? cpu / acc * 1e6 : 0), idle / 1024, hwm / 1024,
-         d50, d99, p99, refusals, refused, bps, buffered, per_span
+         d50, d99, p99, refusals, refused, bps, buffered, per_span, allocator
      }' | tee -a "$RESULTS"
 }
 
@@ -291,8 +301,8 @@ run_one() {
   echo
   echo "### $(date -u +%Y-%m-%dT%H:%MZ) duration $DURATION, rate $RATE spans/s, config $CONFIG_NOTE, export compression $TAILGATE_BENCH_EXPORT_COMPRESSION, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
-  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span | max held spans / RSS B per held span / charged B per held span | RSS B per held span: plateau median / while filling |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| scenario | gateway | config | accepted spans/s | spans accepted | spans at sink | CPU s / M spans | idle RSS MiB | peak RSS MiB | root end → sink p50 / p99 ms | loadgen p99 ms | refusals / refused spans | B/span | max held spans / RSS B per held span / charged B per held span | RSS B per held span: plateau median / while filling | allocated / dirty MiB at most held |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } | tee -a "$RESULTS"
 
 # A TLS scenario's client and a TLS config's server go together.

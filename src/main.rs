@@ -63,6 +63,57 @@ fn release_freed_memory() {
     };
 }
 
+/// jemalloc's statistics for the process metrics (`otelcol_process_runtime_*` and
+/// `tailgate_allocator_dirty_bytes`): allocated, resident and dirty bytes, refreshed at
+/// each call. `None` if jemalloc cannot report them. jemalloc keeps its counters per
+/// thread cache and arena and merges them only when asked (`epoch`), which takes its
+/// locks briefly: cheap at a scrape's pace, and the statistics cost no measurable CPU on
+/// the hot path (BENCHMARKS.md, "Performance pass 2, fifth stop").
+#[allow(unsafe_code)]
+fn read_allocator_stats() -> Option<tailgate::telemetry::AllocatorStats> {
+    let mut epoch: u64 = 1;
+    // SAFETY: writing `epoch` (a `uint64_t`, mallctl(3)) refreshes the statistics; the
+    // new value is a `u64` of the given length, nothing is read back.
+    let status = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"epoch".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&raw mut epoch).cast(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+    if status != 0 {
+        return None;
+    }
+    let page = allocator_size(c"arenas.page")?;
+    Some(tailgate::telemetry::AllocatorStats {
+        allocated: allocator_size(c"stats.allocated")?,
+        resident: allocator_size(c"stats.resident")?,
+        // `MALLCTL_ARENAS_ALL` (4096): the dirty pages of every arena.
+        dirty: allocator_size(c"stats.arenas.4096.pdirty")?.saturating_mul(page),
+    })
+}
+
+/// A `size_t` that jemalloc reports through mallctl(3); `None` if it does not.
+#[allow(unsafe_code)]
+fn allocator_size(name: &std::ffi::CStr) -> Option<u64> {
+    let mut value: usize = 0;
+    let mut len = std::mem::size_of::<usize>();
+    // SAFETY: every name given is a `size_t` statistic or setting (mallctl(3)); `value`
+    // is a `usize` of `len` bytes; no new value is written.
+    let status = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            (&raw mut value).cast(),
+            &raw mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    (status == 0).then_some(value as u64)
+}
+
 /// A tail-sampling OTLP gateway, configured in the OpenTelemetry Collector's YAML.
 #[derive(Debug, Parser)]
 #[command(name = "tailgate", version)]
@@ -118,6 +169,7 @@ fn main() -> ExitCode {
 fn run(config: tailgate::config::Config) -> ExitCode {
     tailgate::telemetry::init_logging(&config.service.telemetry);
     tailgate::limiter::set_memory_release(release_freed_memory);
+    tailgate::telemetry::set_allocator_stats(read_allocator_stats);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -185,5 +237,26 @@ mod tests {
         assert_eq!(allocator_option::<u32>("opt.narenas"), 1);
         assert!(allocator_option::<bool>("opt.background_thread"));
         assert!(allocator_option::<bool>("background_thread"));
+    }
+
+    /// Scenario: the allocator's statistics are read, 64 MiB are allocated and written,
+    /// and they are read again.
+    /// Guarantees: this build reports them (the process metrics need them); the
+    /// allocated bytes grow by the block; resident bytes cover the allocated ones; the
+    /// dirty pages are part of the resident ones.
+    #[test]
+    fn reports_the_allocators_statistics() {
+        const BLOCK: usize = 64 << 20;
+        let before = super::read_allocator_stats().expect("statistics built in");
+        let block = std::hint::black_box(vec![1u8; BLOCK]);
+        let during = super::read_allocator_stats().expect("statistics built in");
+        drop(block);
+        // The other test of this binary allocates a few bytes at most meanwhile.
+        assert!(
+            during.allocated >= before.allocated + BLOCK as u64 - (1 << 20),
+            "{before:?} then {during:?}"
+        );
+        assert!(during.resident >= during.allocated, "{during:?}");
+        assert!(during.dirty <= during.resident, "{during:?}");
     }
 }

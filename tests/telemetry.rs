@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::support::process::GatewayProcess;
 use crate::support::{self, OtlpSink, SinkBehavior};
 
 /// Scenario: a gateway serving traffic is scraped.
@@ -43,6 +44,57 @@ async fn exposes_collector_metric_names() {
     );
     assert!(support::metric_value(&metrics, "otelcol_process_memory_rss", &[]) > 0.0);
     gateway.shutdown().await;
+}
+
+/// Scenario: the tailgate binary (with its allocator) is scraped.
+/// Guarantees: it exposes its allocator's statistics as gauges under the Collector's
+/// names for the Go runtime's heap (`HeapAlloc`, `Sys`) and as
+/// `tailgate_allocator_dirty_bytes`: bytes allocated (positive), resident bytes covering
+/// them, kept freed pages among the resident ones; and the heap below the RSS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_exposes_its_allocators_statistics() {
+    let gateway = GatewayProcess::start(
+        "
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: 127.0.0.1:0}
+exporters:
+  debug: {}
+service:
+  pipelines:
+    traces: {receivers: [otlp], exporters: [debug]}
+  telemetry:
+    metrics: {address: 127.0.0.1:0}
+",
+    );
+    let (status, metrics) = support::reqwest_get(&gateway.metrics_url).await;
+    assert_eq!(status, 200);
+    for family in [
+        "otelcol_process_runtime_heap_alloc_bytes",
+        "otelcol_process_runtime_total_sys_memory_bytes",
+        "tailgate_allocator_dirty_bytes",
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {family} gauge")),
+            "{family} missing from /metrics:\n{metrics}"
+        );
+    }
+    let heap = support::metric_value(&metrics, "otelcol_process_runtime_heap_alloc_bytes", &[]);
+    let resident = support::metric_value(
+        &metrics,
+        "otelcol_process_runtime_total_sys_memory_bytes",
+        &[],
+    );
+    let dirty = support::metric_value(&metrics, "tailgate_allocator_dirty_bytes", &[]);
+    let rss = support::metric_value(&metrics, "otelcol_process_memory_rss", &[]);
+    assert!(heap > 0.0, "allocated {heap}");
+    assert!(resident >= heap, "resident {resident} < allocated {heap}");
+    assert!(dirty <= resident, "dirty {dirty} > resident {resident}");
+    assert!(heap < rss, "allocated {heap} >= RSS {rss}");
+    gateway.sigterm();
+    let (exit, _log) = gateway.wait(Duration::from_secs(10)).await;
+    assert!(exit.is_some_and(|status| status.success()), "{exit:?}");
 }
 
 /// Scenario: the health endpoint is polled while the gateway serves, then while it drains

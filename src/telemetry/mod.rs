@@ -16,7 +16,10 @@ mod server;
 
 pub use health::{Health, HealthState};
 pub use logging::init_logging;
-pub use process::{ProcessCollector, proc_kib_field, read_rss_bytes as rss_bytes};
+pub use process::{
+    AllocatorStats, ProcessCollector, proc_kib_field, read_rss_bytes as rss_bytes,
+    set_allocator_stats,
+};
 pub use server::{serve_health, serve_metrics};
 
 use prometheus::Registry;

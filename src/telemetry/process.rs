@@ -1,6 +1,9 @@
 //! `otelcol_process_*`: the process's CPU, memory and uptime, read from `/proc` at scrape
-//! time.
+//! time; and, when the binary registers its allocator's statistics
+//! ([`set_allocator_stats`]), the Collector's two heap gauges and the pages the allocator
+//! keeps.
 
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use prometheus::core::{Collector, Desc};
@@ -10,7 +13,32 @@ use prometheus::{Counter, Gauge, Opts};
 /// Clock ticks per second of `/proc/<pid>/stat` times: `USER_HZ`, 100 on every Linux ABI.
 const USER_HZ: f64 = 100.0;
 
-/// Reads the process's resource use from `/proc/self` whenever metrics are gathered.
+/// What the memory allocator reports about itself, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorStats {
+    /// Bytes in allocations the program holds.
+    pub allocated: u64,
+    /// Bytes in physically resident pages the allocator has mapped: its allocations,
+    /// their slack, its metadata and the freed pages it keeps.
+    pub resident: u64,
+    /// Bytes of freed pages the allocator keeps resident for reuse instead of returning
+    /// them to the OS (jemalloc's dirty pages, returned after its decay time).
+    pub dirty: u64,
+}
+
+/// How to read the allocator's statistics; see [`set_allocator_stats`].
+static ALLOCATOR_STATS: OnceLock<fn() -> Option<AllocatorStats>> = OnceLock::new();
+
+/// Registers how to read the allocator's statistics (the binary's allocator knows how; the
+/// library does not pick an allocator), read whenever metrics are gathered by a
+/// [`ProcessCollector`] made after this call. Without it, or when it returns `None`, the
+/// allocator's gauges are not exposed. Later calls are ignored.
+pub fn set_allocator_stats(read: fn() -> Option<AllocatorStats>) {
+    let _ = ALLOCATOR_STATS.set(read);
+}
+
+/// Reads the process's resource use from `/proc/self` whenever metrics are gathered, and
+/// the allocator's statistics when the binary registered them.
 ///
 /// On systems without `/proc` the values stay at zero.
 pub struct ProcessCollector {
@@ -18,6 +46,10 @@ pub struct ProcessCollector {
     cpu_seconds: Counter,
     memory_rss: Gauge,
     uptime: Counter,
+    heap_alloc: Gauge,
+    sys_memory: Gauge,
+    allocator_dirty: Gauge,
+    allocator_stats: Option<fn() -> Option<AllocatorStats>>,
     descs: Vec<Desc>,
 }
 
@@ -28,34 +60,71 @@ impl Default for ProcessCollector {
 }
 
 impl ProcessCollector {
-    /// A collector whose uptime counts from now.
+    /// A collector whose uptime counts from now, reading the allocator's statistics as
+    /// registered with [`set_allocator_stats`] (before this call).
     pub fn new() -> Self {
+        Self::with_allocator_stats(ALLOCATOR_STATS.get().copied())
+    }
+
+    /// A collector whose uptime counts from now, reading the allocator's statistics with
+    /// `allocator_stats` (none: the allocator's gauges are not exposed).
+    pub fn with_allocator_stats(allocator_stats: Option<fn() -> Option<AllocatorStats>>) -> Self {
         let cpu_seconds = counter(
             "otelcol_process_cpu_seconds_total",
             "Total CPU user and system time in seconds.",
         );
-        let memory_rss = Gauge::with_opts(Opts::new(
+        let memory_rss = gauge(
             "otelcol_process_memory_rss",
             "Total physical memory (resident set size) in bytes.",
-        ))
-        .unwrap_or_else(|_| unreachable_metric());
+        );
         let uptime = counter(
             "otelcol_process_uptime_total",
             "Uptime of the process in seconds.",
         );
-        let descs = [cpu_seconds.desc(), memory_rss.desc(), uptime.desc()]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        // The Collector's names for its Go runtime's `HeapAlloc` and `Sys`, so that its
+        // dashboards' heap panels keep working.
+        let heap_alloc = gauge(
+            "otelcol_process_runtime_heap_alloc_bytes",
+            "Bytes of allocated heap objects (the allocator's allocated bytes).",
+        );
+        let sys_memory = gauge(
+            "otelcol_process_runtime_total_sys_memory_bytes",
+            "Total bytes of memory obtained from the OS (the allocator's resident bytes: \
+             allocations, metadata and freed pages kept for reuse).",
+        );
+        let allocator_dirty = gauge(
+            "tailgate_allocator_dirty_bytes",
+            "Bytes of freed pages the allocator keeps resident for reuse instead of \
+             returning them to the OS.",
+        );
+        let descs = [
+            cpu_seconds.desc(),
+            memory_rss.desc(),
+            uptime.desc(),
+            heap_alloc.desc(),
+            sys_memory.desc(),
+            allocator_dirty.desc(),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
         Self {
             started: Instant::now(),
             cpu_seconds,
             memory_rss,
             uptime,
+            heap_alloc,
+            sys_memory,
+            allocator_dirty,
+            allocator_stats,
             descs,
         }
     }
+}
+
+fn gauge(name: &str, help: &str) -> Gauge {
+    Gauge::with_opts(Opts::new(name, help)).unwrap_or_else(|_| unreachable_metric())
 }
 
 fn counter(name: &str, help: &str) -> Counter {
@@ -90,6 +159,14 @@ impl Collector for ProcessCollector {
         let mut families = self.cpu_seconds.collect();
         families.extend(self.memory_rss.collect());
         families.extend(self.uptime.collect());
+        if let Some(stats) = self.allocator_stats.and_then(|read| read()) {
+            self.heap_alloc.set(stats.allocated as f64);
+            self.sys_memory.set(stats.resident as f64);
+            self.allocator_dirty.set(stats.dirty as f64);
+            families.extend(self.heap_alloc.collect());
+            families.extend(self.sys_memory.collect());
+            families.extend(self.allocator_dirty.collect());
+        }
         families
     }
 }
@@ -142,5 +219,47 @@ mod tests {
         );
         assert!(read_rss_bytes().expect("linux has /proc") > 0);
         assert!(read_cpu_seconds().is_some());
+    }
+
+    fn known_stats() -> Option<AllocatorStats> {
+        Some(AllocatorStats {
+            allocated: 3 << 20,
+            resident: 5 << 20,
+            dirty: 1 << 20,
+        })
+    }
+
+    fn no_stats() -> Option<AllocatorStats> {
+        None
+    }
+
+    /// Scenario: process metrics gathered with an allocator that reports its statistics,
+    /// then with one that cannot (a build without them).
+    /// Guarantees: the first exposes allocated bytes as the Collector's heap gauge,
+    /// resident bytes as its "memory obtained from the OS" and the kept freed pages, each
+    /// with the value read; the second exposes none of the three.
+    #[test]
+    fn exposes_the_allocators_statistics_when_it_reports_them() {
+        let families = ProcessCollector::with_allocator_stats(Some(known_stats)).collect();
+        let value = |name: &str| {
+            families
+                .iter()
+                .find(|family| family.name() == name)
+                .map(|family| family.get_metric()[0].get_gauge().get_value())
+        };
+        assert_eq!(
+            value("otelcol_process_runtime_heap_alloc_bytes"),
+            Some(f64::from(3u32 << 20))
+        );
+        assert_eq!(
+            value("otelcol_process_runtime_total_sys_memory_bytes"),
+            Some(f64::from(5u32 << 20))
+        );
+        assert_eq!(
+            value("tailgate_allocator_dirty_bytes"),
+            Some(f64::from(1u32 << 20))
+        );
+        let families = ProcessCollector::with_allocator_stats(Some(no_stats)).collect();
+        assert_eq!(families.len(), 3, "only the /proc families");
     }
 }
