@@ -96,12 +96,19 @@ fn read_allocator_stats() -> Option<tailgate::telemetry::AllocatorStats> {
 }
 
 /// A `size_t` that jemalloc reports through mallctl(3); `None` if it does not.
-#[allow(unsafe_code)]
 fn allocator_size(name: &std::ffi::CStr) -> Option<u64> {
-    let mut value: usize = 0;
-    let mut len = std::mem::size_of::<usize>();
-    // SAFETY: every name given is a `size_t` statistic or setting (mallctl(3)); `value`
-    // is a `usize` of `len` bytes; no new value is written.
+    allocator_value::<usize>(name).map(|value| value as u64)
+}
+
+/// A statistic, option or setting that jemalloc reports through mallctl(3), of type `T`
+/// (the type mallctl(3) documents for `name`); `None` if jemalloc does not report it or
+/// `T` is not of its size.
+#[allow(unsafe_code)]
+fn allocator_value<T: Default>(name: &std::ffi::CStr) -> Option<T> {
+    let mut value = T::default();
+    let mut len = std::mem::size_of::<T>();
+    // SAFETY: mallctl writes at most `len` bytes to `value`, a `T` of `len` bytes, and
+    // fails when `len` is not the size of `name`'s value; no new value is written.
     let status = unsafe {
         tikv_jemalloc_sys::mallctl(
             name.as_ptr(),
@@ -111,7 +118,7 @@ fn allocator_size(name: &std::ffi::CStr) -> Option<u64> {
             0,
         )
     };
-    (status == 0).then_some(value as u64)
+    (status == 0).then_some(value)
 }
 
 /// A tail-sampling OTLP gateway, configured in the OpenTelemetry Collector's YAML.
@@ -205,26 +212,10 @@ fn run(config: tailgate::config::Config) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    /// Reads an allocator option or setting of type `T` (as mallctl(3) documents it)
-    /// through mallctl.
-    #[allow(unsafe_code)]
+    /// Reads an allocator option or setting of type `T` (as mallctl(3) documents it).
     fn allocator_option<T: Default>(name: &str) -> T {
         let name = std::ffi::CString::new(name).expect("no NUL in the name");
-        let mut value = T::default();
-        let mut len = std::mem::size_of::<T>();
-        // SAFETY: `value` is a `T` of `len` bytes, the size mallctl(3) documents for the
-        // option read; no new value is written.
-        let status = unsafe {
-            tikv_jemalloc_sys::mallctl(
-                name.as_ptr(),
-                (&raw mut value).cast(),
-                &raw mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        assert_eq!(status, 0, "mallctl({name:?})");
-        value
+        super::allocator_value(&name).unwrap_or_else(|| panic!("mallctl({name:?})"))
     }
 
     /// Scenario: the gateway's allocator, as linked into this binary.
