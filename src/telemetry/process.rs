@@ -68,7 +68,7 @@ impl ProcessCollector {
 
     /// A collector whose uptime counts from now, reading the allocator's statistics with
     /// `allocator_stats` (none: the allocator's gauges are not exposed).
-    pub fn with_allocator_stats(allocator_stats: Option<fn() -> Option<AllocatorStats>>) -> Self {
+    fn with_allocator_stats(allocator_stats: Option<fn() -> Option<AllocatorStats>>) -> Self {
         let cpu_seconds = counter(
             "otelcol_process_cpu_seconds_total",
             "Total CPU user and system time in seconds.",
