@@ -17,8 +17,10 @@
 //! A trace is due `decision_wait` after its first span, or
 //! `decision_wait_after_root_received` after its root span, whichever is first. It is
 //! due at once when it grows past `maximum_trace_size_bytes`, and the oldest traces fall
-//! due early when more than `num_traces` are held. Undecided traces are never evicted:
-//! every trace is decided, and every early decision is counted by reason.
+//! due early when more than `num_traces` are held (down to 1/64 under it). Undecided
+//! traces are never evicted: every trace is decided, and every early decision is counted
+//! by reason. Ingest wakes the decision task only for a deadline earlier than the one it
+//! sleeps towards (see the `wake` module).
 //!
 //! # Late spans
 //!
@@ -49,6 +51,7 @@ mod metrics;
 pub mod policy;
 mod rewrite;
 pub mod threshold;
+mod wake;
 
 #[cfg(test)]
 mod tests;
@@ -65,7 +68,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use self::buffer::{DeadlineKind, Origin, OriginAccount, PendingTrace, Shard};
@@ -73,6 +76,7 @@ use self::cache::{Cached, KeptDecision, TraceIdHasher};
 use self::hand_off::HandOffLink;
 use self::policy::{Decision, PolicySet, ThresholdUpdate, Vote};
 use self::threshold::Threshold;
+use self::wake::DecisionWake;
 use crate::error::PipelineError;
 use crate::limiter::MemoryBudget;
 use crate::otlp::{
@@ -142,6 +146,17 @@ impl SamplerSettings {
             .saturating_mul(2)
             .max(self.num_traces + 1024)
     }
+
+    /// The held-trace count that early decisions bring the buffer down to once it is over
+    /// `num_traces`: 1/64 below it (781 traces under the default 50,000; none under 64).
+    ///
+    /// Deciding only the excess made a round of decisions, and a wake-up of the decision
+    /// task, for every request that brought a new trace while the buffer was full. With
+    /// the headroom, one round makes room for many requests. The traces it decides are the
+    /// oldest, those the next requests would have made due a moment later.
+    fn num_traces_low_water(&self) -> usize {
+        self.num_traces - self.num_traces / 64
+    }
 }
 
 /// One running `tail_sampling` processor.
@@ -168,7 +183,8 @@ pub struct TailSampler {
     late_spans: AtomicUsize,
     /// Encoded bytes of those late spans' requests (what their charges hold).
     late_bytes: AtomicUsize,
-    wake: Notify,
+    /// Wakes the decision task.
+    wake: DecisionWake,
     metrics: SamplerMetrics,
     budget: Arc<MemoryBudget>,
     /// The ring this sampler follows (`hand_off`), if any.
@@ -321,7 +337,7 @@ impl TailSampler {
             outbox: Mutex::new(VecDeque::new()),
             late_spans: AtomicUsize::new(0),
             late_bytes: AtomicUsize::new(0),
-            wake: Notify::new(),
+            wake: DecisionWake::new(),
             metrics,
             budget,
             hand_off: peers.map(|(peers, settings)| HandOffLink::new(peers, settings)),
@@ -390,7 +406,7 @@ impl TailSampler {
         } else {
             return Ok(());
         };
-        self.wake.notify_one();
+        self.wake.wake();
         Err(PipelineError::Overloaded {
             reason,
             retry_after: crate::error::RETRY_AFTER,
@@ -519,6 +535,8 @@ impl TailSampler {
         let mut forward = Vec::new();
         let mut received_traces = 0usize;
         let mut wake = false;
+        // The earliest deadline this request set.
+        let mut moved_to: Option<Instant> = None;
         let mut rest = &spans[..];
         while let Some(first) = rest.first() {
             let shard_index = first.shard;
@@ -549,14 +567,16 @@ impl TailSampler {
                     }));
                     continue;
                 }
-                wake |= self.ingest_trace(
+                if let Some(due) = self.ingest_trace(
                     &mut shard,
                     (now, not_before),
                     &matches,
                     &origins,
                     trace_spans,
                     &mut late,
-                );
+                ) {
+                    moved_to = Some(moved_to.map_or(due, |earliest| earliest.min(due)));
+                }
             }
         }
         if !late.is_empty() {
@@ -590,7 +610,10 @@ impl TailSampler {
         }
         self.publish_gauges();
         if wake {
-            self.wake.notify_one();
+            self.wake.wake();
+        } else if let Some(deadline) = moved_to {
+            // After the shard locks: see `DecisionWake` for why no deadline is missed.
+            self.wake.wake_by(deadline);
         }
     }
 
@@ -657,10 +680,11 @@ impl TailSampler {
     }
 
     /// Folds the spans of one trace from one request (`spans`, in arrival order, all of
-    /// the same trace id) into its shard, one span after the other. Returns true when the
-    /// decision task should wake (a deadline moved earlier than it may be sleeping for,
-    /// or a late span of a kept trace waits in `late`). `times` is the arrival time, and
-    /// the earliest a root span may make the trace due (see the `hand_off` module).
+    /// the same trace id) into its shard, one span after the other. Returns the trace's
+    /// deadline when this set it (a new trace, or a root span or the trace's size moved it
+    /// earlier): the decision task may be sleeping past it. Late spans of a kept trace go
+    /// to `late`. `times` is the arrival time, and the earliest a root span may make the
+    /// trace due (see the `hand_off` module).
     fn ingest_trace<'a>(
         &self,
         shard: &mut Shard,
@@ -669,10 +693,8 @@ impl TailSampler {
         origins: &[Arc<Origin>],
         spans: &[Incoming<'a>],
         late: &mut Vec<LateSpan<'a>>,
-    ) -> bool {
-        let Some(first) = spans.first() else {
-            return false;
-        };
+    ) -> Option<Instant> {
+        let first = spans.first()?;
         let (now, not_before) = times;
         let trace_id = first.span.trace_id;
         // A new trace's deadline is entered in the index once its spans are folded in, so
@@ -696,13 +718,13 @@ impl TailSampler {
                                 kept,
                             });
                         }
-                        return true;
+                        return None;
                     }
                     Some(Cached::NotKept) => {
                         for _ in spans {
                             self.metrics.record_late(false, 1, None);
                         }
-                        return false;
+                        return None;
                     }
                     None => {}
                 }
@@ -764,15 +786,17 @@ impl TailSampler {
                 } else {
                     buffer::reschedule(&mut shard.deadlines, trace_id, entry, due, kind);
                 }
-                true
+                Some(due)
             }
             None => {
                 if new {
                     shard
                         .deadlines
                         .push(DeadlineKind::FirstSpan, entry.deadline, trace_id);
+                    Some(entry.deadline)
+                } else {
+                    None
                 }
-                false
             }
         }
     }
@@ -814,15 +838,20 @@ impl TailSampler {
     }
 
     /// How many of the oldest traces must be decided before their deadline, and why:
-    /// those above `num_traces`, or enough to bring the memory budget back to its relief
-    /// target (estimated from the average trace's footprint).
-    fn early_decisions_needed(&self) -> (usize, EarlyReason) {
+    /// over `num_traces` (or `draining`: the round went over it), those above
+    /// [`num_traces_low_water`](SamplerSettings::num_traces_low_water); or enough to bring
+    /// the memory budget back to its relief target (estimated from the average trace's
+    /// footprint).
+    fn early_decisions_needed(&self, draining: bool) -> (usize, EarlyReason) {
         let held = self.traces_held();
+        let low_water = self.settings.num_traces_low_water();
         // With block_on_overflow, num_traces refuses intake instead (see `check_room`).
         let over_count = if self.settings.block_on_overflow {
             0
+        } else if held > self.settings.num_traces || draining {
+            held.saturating_sub(low_water)
         } else {
-            held.saturating_sub(self.settings.num_traces)
+            0
         };
         // Only pending traces can be decided early: late spans already are.
         let excess_bytes = self.budget.excess().min(self.pending_bytes());
@@ -895,10 +924,12 @@ impl TailSampler {
     pub async fn run(self: Arc<Self>, mut intake_closed: mpsc::Receiver<()>, output: Downstream) {
         let mut open = true;
         while open {
+            self.wake.replanning();
             let now = Instant::now();
             let wake_at = self
                 .next_deadline()
                 .map_or(now + IDLE_TICK, |due| due.min(now + IDLE_TICK));
+            self.wake.plan(wake_at);
             tokio::select! {
                 biased;
                 closed = intake_closed.recv() => {
@@ -945,11 +976,14 @@ impl TailSampler {
         let mut writer = TraceRequestWriter::new();
         let mut votes = Vec::new();
         let mut thresholds = ThresholdWriter::default();
+        // Once over num_traces, the round decides down to its low-water mark.
+        let mut draining = false;
         loop {
             let now = Instant::now();
+            draining |= self.traces_held() > self.settings.num_traces;
             // Over num_traces or under memory pressure, the oldest traces fall due now:
             // everything up to the deadline of the n-th earliest trace.
-            let (early_count, mut early_reason) = self.early_decisions_needed();
+            let (early_count, mut early_reason) = self.early_decisions_needed(draining);
             if force == Force::Leaving {
                 early_reason = EarlyReason::Leaving;
             }

@@ -318,6 +318,108 @@ async fn decides_oldest_early_over_num_traces() {
     );
 }
 
+/// Scenario: num_traces is 128 (a low-water mark of 126) and 129 traces arrive 1 ms
+/// apart, then one more (nothing due yet).
+/// Guarantees: going over num_traces decides the oldest down to the low-water mark, not
+/// just the excess, so the next new trace fits without another round of decisions.
+#[tokio::test(start_paused = true)]
+async fn decides_down_to_the_low_water_mark_over_num_traces() {
+    let mut config = settings();
+    config.num_traces = 128;
+    let mut h = Harness::start(config, 100.0);
+    for t in 0..129u64 {
+        h.send(vec![span(trace_with_randomness(t + 1, t), 1, None)]);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let early: HashSet<u128> = h.drain().iter().map(|s| s.trace).collect();
+    let oldest: HashSet<u128> = (0..3u64).map(|t| trace_with_randomness(t + 1, t)).collect();
+    assert_eq!(early, oldest, "the three oldest are decided");
+    assert_eq!(h.sampler().traces_held(), 126);
+    let rounds = h
+        .sampler()
+        .metrics
+        .decision_timer_latency
+        .get_sample_count();
+    h.send(vec![span(trace_with_randomness(500, 1), 1, None)]);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(
+        h.drain().is_empty(),
+        "under num_traces nothing is decided early"
+    );
+    assert_eq!(h.sampler().traces_held(), 127);
+    assert_eq!(
+        h.sampler()
+            .metrics
+            .decision_timer_latency
+            .get_sample_count(),
+        rounds,
+        "and the decision task was not woken"
+    );
+    assert_eq!(h.close().await.len(), 127, "none is lost");
+}
+
+/// Scenario: decision_wait 10 s, decision_wait_after_root_received 2 s. A root span makes
+/// a first trace due in 2 s; 20 more traces arrive with their root spans from 10 to 30 ms
+/// later (each due later than the first); then a trace grows past
+/// maximum_trace_size_bytes.
+/// Guarantees: the root spans, due after the deadline the decision task sleeps towards,
+/// do not wake it (no round of decisions); the oversized trace, due at once, does; every
+/// trace is still decided when due.
+#[tokio::test(start_paused = true)]
+async fn wakes_the_decision_task_only_for_an_earlier_deadline() {
+    let mut config = settings();
+    config.decision_wait = Duration::from_secs(10);
+    config.decision_wait_after_root = Some(Duration::from_secs(2));
+    config.maximum_trace_size_bytes = Some(2_000);
+    let mut h = Harness::start(config, 100.0);
+    let rounds = || {
+        h.sampler()
+            .metrics
+            .decision_timer_latency
+            .get_sample_count()
+    };
+    h.send(vec![span(trace_with_randomness(1, 1), 1, None)]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let before = rounds();
+    for t in 0..20u64 {
+        h.send(vec![span(trace_with_randomness(t + 2, t), 1, None)]);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        rounds(),
+        before,
+        "later deadlines do not wake the decision task"
+    );
+    let big = trace_with_randomness(100, 1);
+    h.send((1..=100).map(|i| span(big, i, Some(1000))).collect());
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(rounds() > before, "a trace due at once wakes it");
+    assert_eq!(h.drain().len(), 100, "and is decided at once");
+    // 31 ms in: the first trace is due at 2 s, the others from 2.010 to 2.029 s.
+    tokio::time::sleep(Duration::from_millis(1_974)).await;
+    assert_eq!(h.drain().len(), 1, "the first trace is decided when due");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(h.drain().len(), 20, "and so are the others");
+    assert_eq!(h.sampler().traces_held(), 0);
+}
+
+/// Scenario: decision_wait is 100 ms and the buffer is empty, so the decision task
+/// sleeps its idle second; a trace without a root span arrives.
+/// Guarantees: the new trace's deadline wakes the task to plan for it: the trace is
+/// decided 100 ms after it arrived, not at the end of the idle second.
+#[tokio::test(start_paused = true)]
+async fn a_new_trace_due_before_the_idle_tick_is_decided_on_time() {
+    let mut config = settings();
+    config.decision_wait = Duration::from_millis(100);
+    let mut h = Harness::start(config, 100.0);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    h.send(vec![span(trace_with_randomness(1, 1), 2, Some(1))]);
+    tokio::time::sleep(Duration::from_millis(99)).await;
+    assert!(h.drain().is_empty(), "not before decision_wait");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert_eq!(h.drain().len(), 1, "decided when due");
+}
+
 /// Scenario: 40 traces held across the shards, first seen 1 ms apart, a third of them
 /// moved earlier by their root span (leaving a stale deadline entry behind).
 /// Guarantees: `nth_deadline(n)` is the n-th of every held trace's deadline sorted, the
