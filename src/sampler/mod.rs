@@ -98,6 +98,15 @@ const DECISIONS_PER_LOCK: usize = 512;
 /// How long the decision task sleeps at most when nothing is due.
 const IDLE_TICK: Duration = Duration::from_secs(1);
 
+/// The least time from one round of decisions to the next that a deadline starts (a wake-up
+/// starts one at once): a due trace waits at most this long past its deadline.
+///
+/// Under load, traces fall due every few microseconds, and a round per tick of tokio's
+/// millisecond timer cost a wake-up of the decision task and a pass over every shard each
+/// time, for a handful of traces: with 60-span requests, 12 % of the gateway's CPU
+/// (BENCHMARKS.md, "Performance pass 2, sixth stop"). The Collector decides once a second.
+const ROUND_SPACING: Duration = Duration::from_millis(5);
+
 /// The sampler's runtime settings, from `processors.tail_sampling`.
 #[derive(Clone, Debug)]
 pub struct SamplerSettings {
@@ -923,12 +932,13 @@ impl TailSampler {
     /// counted as sampled).
     pub async fn run(self: Arc<Self>, mut intake_closed: mpsc::Receiver<()>, output: Downstream) {
         let mut open = true;
+        let mut last_round = Instant::now();
         while open {
             self.wake.replanning();
             let now = Instant::now();
-            let wake_at = self
-                .next_deadline()
-                .map_or(now + IDLE_TICK, |due| due.min(now + IDLE_TICK));
+            let wake_at = self.next_deadline().map_or(now + IDLE_TICK, |due| {
+                due.max(last_round + ROUND_SPACING).min(now + IDLE_TICK)
+            });
             self.wake.plan(wake_at);
             tokio::select! {
                 biased;
@@ -941,6 +951,7 @@ impl TailSampler {
                 () = tokio::time::sleep_until(wake_at) => {}
             }
             if open {
+                last_round = Instant::now();
                 self.decide_round(Force::No, &output).await;
             }
         }

@@ -420,6 +420,57 @@ async fn a_new_trace_due_before_the_idle_tick_is_decided_on_time() {
     assert_eq!(h.drain().len(), 1, "decided when due");
 }
 
+/// Scenario: decision_wait is 100 ms and 20 traces arrive 1 ms apart, so one falls due
+/// every millisecond from 100 ms on.
+/// Guarantees: rounds of decisions start at least ROUND_SPACING apart (a few rounds for
+/// the 20 deadlines, not one per millisecond), no trace leaves before its deadline, and
+/// each leaves within ROUND_SPACING (plus the timer's millisecond) after it.
+#[tokio::test(start_paused = true)]
+async fn deadlines_one_millisecond_apart_are_decided_in_spaced_rounds() {
+    let mut config = settings();
+    config.decision_wait = Duration::from_millis(100);
+    let mut h = Harness::start(config, 100.0);
+    let start = Instant::now();
+    for t in 0..20u64 {
+        h.send(vec![span(trace_with_randomness(t + 1, t), 1, None)]);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep_until(start + Duration::from_millis(99)).await;
+    assert!(h.drain().is_empty());
+    let rounds_before = h
+        .sampler()
+        .metrics
+        .decision_timer_latency
+        .get_sample_count();
+    for now_ms in 100..=130u64 {
+        tokio::time::sleep_until(start + Duration::from_millis(now_ms)).await;
+        for out in h.drain() {
+            let due_ms = u64::try_from(out.trace >> 64).expect("small") - 1 + 100;
+            assert!(
+                now_ms >= due_ms,
+                "trace due at {due_ms} ms left at {now_ms} ms"
+            );
+            let late = Duration::from_millis(now_ms - due_ms);
+            assert!(
+                late <= ROUND_SPACING + Duration::from_millis(1),
+                "trace due at {due_ms} ms left at {now_ms} ms"
+            );
+        }
+    }
+    assert_eq!(h.sampler().traces_held(), 0);
+    let rounds = h
+        .sampler()
+        .metrics
+        .decision_timer_latency
+        .get_sample_count()
+        - rounds_before;
+    let most = 30 / ROUND_SPACING.as_millis() as u64 + 1;
+    assert!(
+        rounds <= most,
+        "{rounds} rounds for 20 deadlines, at most {most}"
+    );
+}
+
 /// Scenario: 40 traces held across the shards, first seen 1 ms apart, a third of them
 /// moved earlier by their root span (leaving a stale deadline entry behind).
 /// Guarantees: `nth_deadline(n)` is the n-th of every held trace's deadline sorted, the
