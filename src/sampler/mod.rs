@@ -103,8 +103,9 @@ const IDLE_TICK: Duration = Duration::from_secs(1);
 ///
 /// Under load, traces fall due every few microseconds, and a round per tick of tokio's
 /// millisecond timer cost a wake-up of the decision task and a pass over every shard each
-/// time, for a handful of traces: with 60-span requests, 12 % of the gateway's CPU
-/// (BENCHMARKS.md, "Performance pass 2, sixth stop"). The Collector decides once a second.
+/// time, for a handful of traces: with 60-span requests, about a tenth of the gateway's
+/// CPU (BENCHMARKS.md, "Performance pass 2, sixth stop"). The Collector decides once a
+/// second.
 const ROUND_SPACING: Duration = Duration::from_millis(5);
 
 /// The sampler's runtime settings, from `processors.tail_sampling`.
