@@ -546,7 +546,7 @@ impl TailSampler {
         let mut received_traces = 0usize;
         let mut wake = false;
         // The earliest deadline this request set.
-        let mut moved_to: Option<Instant> = None;
+        let mut earliest_set: Option<Instant> = None;
         let mut rest = &spans[..];
         while let Some(first) = rest.first() {
             let shard_index = first.shard;
@@ -585,7 +585,7 @@ impl TailSampler {
                     trace_spans,
                     &mut late,
                 ) {
-                    moved_to = Some(moved_to.map_or(due, |earliest| earliest.min(due)));
+                    earliest_set = Some(earliest_set.map_or(due, |earliest| earliest.min(due)));
                 }
             }
         }
@@ -621,7 +621,7 @@ impl TailSampler {
         self.publish_gauges();
         if wake {
             self.wake.wake();
-        } else if let Some(deadline) = moved_to {
+        } else if let Some(deadline) = earliest_set {
             // After the shard locks: see `DecisionWake` for why no deadline is missed.
             self.wake.wake_by(deadline);
         }
@@ -848,18 +848,15 @@ impl TailSampler {
     }
 
     /// How many of the oldest traces must be decided before their deadline, and why:
-    /// over `num_traces` (or `draining`: the round went over it), those above
+    /// while `draining` (the round found more than `num_traces` held), those above
     /// [`num_traces_low_water`](SamplerSettings::num_traces_low_water); or enough to bring
     /// the memory budget back to its relief target (estimated from the average trace's
     /// footprint).
     fn early_decisions_needed(&self, draining: bool) -> (usize, EarlyReason) {
         let held = self.traces_held();
-        let low_water = self.settings.num_traces_low_water();
         // With block_on_overflow, num_traces refuses intake instead (see `check_room`).
-        let over_count = if self.settings.block_on_overflow {
-            0
-        } else if held > self.settings.num_traces || draining {
-            held.saturating_sub(low_water)
+        let over_count = if draining && !self.settings.block_on_overflow {
+            held.saturating_sub(self.settings.num_traces_low_water())
         } else {
             0
         };

@@ -105,6 +105,23 @@ impl Harness {
         ingest.ingest(&request(&spans)).expect("valid request");
     }
 
+    /// Sends `count` single-span root traces, 1 ms apart: trace `t` (from 0) is
+    /// `trace_with_randomness(t + 1, t)`, its span 1.
+    async fn send_traces_1ms_apart(&self, count: u64) {
+        for t in 0..count {
+            self.send(vec![span(trace_with_randomness(t + 1, t), 1, None)]);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The rounds of decisions the decision task has run so far.
+    fn rounds(&self) -> u64 {
+        self.sampler()
+            .metrics
+            .decision_timer_latency
+            .get_sample_count()
+    }
+
     /// Every span that has come out so far.
     fn drain(&mut self) -> Vec<OutSpan> {
         let mut out = Vec::new();
@@ -296,10 +313,7 @@ async fn decides_oldest_early_over_num_traces() {
     let mut config = settings();
     config.num_traces = 10;
     let mut h = Harness::start(config, 100.0);
-    for t in 0..25u64 {
-        h.send(vec![span(trace_with_randomness(t + 1, t), 1, None)]);
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    h.send_traces_1ms_apart(25).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let early: HashSet<u128> = h.drain().iter().map(|s| s.trace).collect();
     assert_eq!(h.sampler().traces_held(), 10);
@@ -327,19 +341,12 @@ async fn decides_down_to_the_low_water_mark_over_num_traces() {
     let mut config = settings();
     config.num_traces = 128;
     let mut h = Harness::start(config, 100.0);
-    for t in 0..129u64 {
-        h.send(vec![span(trace_with_randomness(t + 1, t), 1, None)]);
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    h.send_traces_1ms_apart(129).await;
     let early: HashSet<u128> = h.drain().iter().map(|s| s.trace).collect();
     let oldest: HashSet<u128> = (0..3u64).map(|t| trace_with_randomness(t + 1, t)).collect();
     assert_eq!(early, oldest, "the three oldest are decided");
     assert_eq!(h.sampler().traces_held(), 126);
-    let rounds = h
-        .sampler()
-        .metrics
-        .decision_timer_latency
-        .get_sample_count();
+    let rounds = h.rounds();
     h.send(vec![span(trace_with_randomness(500, 1), 1, None)]);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert!(
@@ -347,14 +354,7 @@ async fn decides_down_to_the_low_water_mark_over_num_traces() {
         "under num_traces nothing is decided early"
     );
     assert_eq!(h.sampler().traces_held(), 127);
-    assert_eq!(
-        h.sampler()
-            .metrics
-            .decision_timer_latency
-            .get_sample_count(),
-        rounds,
-        "and the decision task was not woken"
-    );
+    assert_eq!(h.rounds(), rounds, "and the decision task was not woken");
     assert_eq!(h.close().await.len(), 127, "none is lost");
 }
 
@@ -372,28 +372,22 @@ async fn wakes_the_decision_task_only_for_an_earlier_deadline() {
     config.decision_wait_after_root = Some(Duration::from_secs(2));
     config.maximum_trace_size_bytes = Some(2_000);
     let mut h = Harness::start(config, 100.0);
-    let rounds = || {
-        h.sampler()
-            .metrics
-            .decision_timer_latency
-            .get_sample_count()
-    };
     h.send(vec![span(trace_with_randomness(1, 1), 1, None)]);
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let before = rounds();
+    let before = h.rounds();
     for t in 0..20u64 {
         h.send(vec![span(trace_with_randomness(t + 2, t), 1, None)]);
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     assert_eq!(
-        rounds(),
+        h.rounds(),
         before,
         "later deadlines do not wake the decision task"
     );
     let big = trace_with_randomness(100, 1);
     h.send((1..=100).map(|i| span(big, i, Some(1000))).collect());
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert!(rounds() > before, "a trace due at once wakes it");
+    assert!(h.rounds() > before, "a trace due at once wakes it");
     assert_eq!(h.drain().len(), 100, "and is decided at once");
     // 31 ms in: the first trace is due at 2 s, the others from 2.010 to 2.029 s.
     tokio::time::sleep(Duration::from_millis(1_974)).await;
@@ -431,17 +425,10 @@ async fn deadlines_one_millisecond_apart_are_decided_in_spaced_rounds() {
     config.decision_wait = Duration::from_millis(100);
     let mut h = Harness::start(config, 100.0);
     let start = Instant::now();
-    for t in 0..20u64 {
-        h.send(vec![span(trace_with_randomness(t + 1, t), 1, None)]);
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    h.send_traces_1ms_apart(20).await;
     tokio::time::sleep_until(start + Duration::from_millis(99)).await;
     assert!(h.drain().is_empty());
-    let rounds_before = h
-        .sampler()
-        .metrics
-        .decision_timer_latency
-        .get_sample_count();
+    let rounds_before = h.rounds();
     for now_ms in 100..=130u64 {
         tokio::time::sleep_until(start + Duration::from_millis(now_ms)).await;
         for out in h.drain() {
@@ -458,12 +445,7 @@ async fn deadlines_one_millisecond_apart_are_decided_in_spaced_rounds() {
         }
     }
     assert_eq!(h.sampler().traces_held(), 0);
-    let rounds = h
-        .sampler()
-        .metrics
-        .decision_timer_latency
-        .get_sample_count()
-        - rounds_before;
+    let rounds = h.rounds() - rounds_before;
     let most = 30 / ROUND_SPACING.as_millis() as u64 + 1;
     assert!(
         rounds <= most,
