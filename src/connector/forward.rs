@@ -35,4 +35,9 @@ impl<P: Payload> Consumer<P> for ForwardConnector<P> {
             }
         })
     }
+
+    /// When a pipeline it feeds reads views, the batch's views go on with it.
+    fn reads_views(&self) -> bool {
+        self.sink.wants_views()
+    }
 }

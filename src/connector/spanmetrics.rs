@@ -50,8 +50,9 @@ use super::metrics::SpanMetricsMetrics;
 use crate::config::{ComponentId, HistogramUnit, SpanMetricsConfig};
 use crate::hashed_positions::HashedPositions;
 use crate::limiter::MemoryBudget;
+use crate::otlp::ResourceSpansView;
 use crate::otlp::attributes::{AnyValueRef, RESOURCE_ATTRIBUTES, SPAN_ATTRIBUTES, find_attribute};
-use crate::payload::{BoxFuture, Consumer, MetricsBatch, MetricsSink, TraceBatch};
+use crate::payload::{BoxFuture, Consumer, MetricsBatch, MetricsSink, Payload, TraceBatch};
 
 /// The instrumentation scope of the emitted metrics, as the Collector names it.
 const SCOPE_NAME: &str = "spanmetricsconnector";
@@ -429,13 +430,8 @@ impl Aggregator {
             .map_or(usize::MAX, |limit| limit.get())
     }
 
-    /// Adds every span of a validated request.
-    pub(crate) fn record(&mut self, request: &Bytes) {
-        let Ok(resources) = crate::otlp::parse_validated_traces_request(request) else {
-            // The receiver validated these bytes: a failure here is a bug, not the client's.
-            tracing::error!(event = "spanmetrics.unparsable_batch");
-            return;
-        };
+    /// Adds every span of a validated request's views.
+    pub(crate) fn record(&mut self, resources: &[ResourceSpansView]) {
         let now = now_unix_nanos();
         let limit = self.limit();
         let mut overflowed = 0u64;
@@ -776,11 +772,33 @@ pub struct SpanMetricsConnector {
 
 impl Consumer<TraceBatch> for SpanMetricsConnector {
     fn consume(&self, batch: TraceBatch) -> BoxFuture<'_, ()> {
+        // Walked before the lock, when the batch carries no views.
+        let parsed;
+        let resources = match batch.carried_views() {
+            Some(views) => views.as_slice(),
+            None => match crate::otlp::parse_validated_traces_request(&batch.request) {
+                Ok(resources) => {
+                    parsed = resources;
+                    parsed.as_slice()
+                }
+                Err(error) => {
+                    // The receiver validated these bytes: a failure here is a bug, not the
+                    // client's.
+                    tracing::error!(event = "spanmetrics.unparsable_batch", error = %error);
+                    return Box::pin(std::future::ready(()));
+                }
+            },
+        };
         // A std mutex: held for one batch's aggregation, never across an await.
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.record(&batch.request);
+        state.record(resources);
         drop(state);
         Box::pin(std::future::ready(()))
+    }
+
+    /// Span metrics read the receiver's views rather than walking the request.
+    fn reads_views(&self) -> bool {
+        true
     }
 }
 

@@ -76,6 +76,12 @@ fn request(resource: Vec<KeyValue>, spans: Vec<Span>) -> Bytes {
     )
 }
 
+/// Adds every span of `request` (valid bytes) to `aggregator`, as a batch without views.
+fn record(aggregator: &mut Aggregator, request: &Bytes) {
+    let views = crate::otlp::parse_validated_traces_request(request).unwrap();
+    aggregator.record(&views);
+}
+
 fn attr<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
     attributes
         .iter()
@@ -159,11 +165,14 @@ fn counts_calls_and_errors_exactly() {
     for i in 0..7 {
         spans.push(span("GET /a", 2, i < 2, 5, vec![]));
     }
-    aggregator.record(&request(shop.clone(), spans));
-    aggregator.record(&request(
-        cart.clone(),
-        (0..3).map(|_| span("db", 3, false, 1, vec![])).collect(),
-    ));
+    record(&mut aggregator, &request(shop.clone(), spans));
+    record(
+        &mut aggregator,
+        &request(
+            cart.clone(),
+            (0..3).map(|_| span("db", 3, false, 1, vec![])).collect(),
+        ),
+    );
     let (first, points) = aggregator.snapshot(1).expect("series recorded");
     assert_eq!(first.resource_metrics.len(), 2);
     let all = calls(&first);
@@ -187,7 +196,10 @@ fn counts_calls_and_errors_exactly() {
         assert!(str_attr(attributes, "collector.instance.id").is_some());
     }
 
-    aggregator.record(&request(shop, vec![span("GET /a", 2, true, 5, vec![])]));
+    record(
+        &mut aggregator,
+        &request(shop, vec![span("GET /a", 2, true, 5, vec![])]),
+    );
     let (second, _) = aggregator.snapshot(2).unwrap();
     let all = calls(&second);
     assert_eq!(
@@ -214,7 +226,10 @@ fn histogram_buckets() {
         .into_iter()
         .map(|ms| span("op", 2, false, ms, vec![]))
         .collect();
-    aggregator.record(&request(vec![kv("service.name", "s")], spans));
+    record(
+        &mut aggregator,
+        &request(vec![kv("service.name", "s")], spans),
+    );
     let (out, _) = aggregator.snapshot(1).unwrap();
     let points = durations(&out);
     assert_eq!(points.len(), 1);
@@ -244,7 +259,10 @@ fn cardinality_overflow() {
     let spans = (0..10)
         .map(|i| span(&format!("op{}", i % 5), 2, false, 1, vec![]))
         .collect();
-    aggregator.record(&request(vec![kv("service.name", "s")], spans));
+    record(
+        &mut aggregator,
+        &request(vec![kv("service.name", "s")], spans),
+    );
     let (out, _) = aggregator.snapshot(1).unwrap();
     let all = calls(&out);
     assert_eq!(all.len(), 4, "3 series and the overflow series");
@@ -284,14 +302,20 @@ fn dimensions_with_defaults() {
     ];
     with_dims.exclude_dimensions = vec!["status.code".into()];
     let mut aggregator = Aggregator::new(with_dims, SpanMetricsMetrics::unregistered());
-    aggregator.record(&request(
-        vec![kv("service.name", "eu"), kv("region", "eu-west")],
-        vec![span("op", 2, false, 1, vec![kv("http.method", "GET")])],
-    ));
-    aggregator.record(&request(
-        vec![kv("service.name", "plain")],
-        vec![span("op", 2, false, 1, vec![])],
-    ));
+    record(
+        &mut aggregator,
+        &request(
+            vec![kv("service.name", "eu"), kv("region", "eu-west")],
+            vec![span("op", 2, false, 1, vec![kv("http.method", "GET")])],
+        ),
+    );
+    record(
+        &mut aggregator,
+        &request(
+            vec![kv("service.name", "plain")],
+            vec![span("op", 2, false, 1, vec![])],
+        ),
+    );
     let (out, _) = aggregator.snapshot(1).unwrap();
     let all = calls(&out);
     assert_eq!(all.len(), 2);
@@ -317,7 +341,10 @@ fn dimensions_with_defaults() {
 fn empty_and_nameless() {
     let mut aggregator = Aggregator::new(config(), SpanMetricsMetrics::unregistered());
     assert!(aggregator.snapshot(1).is_none());
-    aggregator.record(&request(vec![], vec![span("op", 2, false, 1, vec![])]));
+    record(
+        &mut aggregator,
+        &request(vec![], vec![span("op", 2, false, 1, vec![])]),
+    );
     assert!(aggregator.snapshot(2).is_none());
 }
 
@@ -331,13 +358,16 @@ fn state_is_charged_to_the_budget() {
     let mut aggregator =
         Aggregator::new(config(), SpanMetricsMetrics::unregistered()).charged_to(budget.clone());
     let shop = vec![kv("service.name", "shop")];
-    aggregator.record(&request(
-        shop.clone(),
-        vec![
-            span("GET /a", 2, false, 5, vec![]),
-            span("db", 3, false, 1, vec![]),
-        ],
-    ));
+    record(
+        &mut aggregator,
+        &request(
+            shop.clone(),
+            vec![
+                span("GET /a", 2, false, 5, vec![]),
+                span("db", 3, false, 1, vec![]),
+            ],
+        ),
+    );
     let after_two_series = budget.used();
     let buckets = config().histogram_buckets.len() + 1;
     assert!(
@@ -346,7 +376,10 @@ fn state_is_charged_to_the_budget() {
     );
     assert_eq!(aggregator.charged_bytes(), after_two_series);
 
-    aggregator.record(&request(shop, vec![span("GET /a", 2, false, 7, vec![])]));
+    record(
+        &mut aggregator,
+        &request(shop, vec![span("GET /a", 2, false, 7, vec![])]),
+    );
     assert_eq!(
         budget.used(),
         after_two_series,

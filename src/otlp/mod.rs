@@ -15,7 +15,9 @@
 //! exactly the bytes received (which makes the memory budget exact) and the CPU cost per
 //! span is close to that of reading it once.
 //!
-//! The stages after a receiver read the views of requests the receiver validated with
+//! The stages after a receiver read the views the receiver's walk made, carried with the
+//! batch ([`crate::payload::Payload::carried_views`]); a batch made elsewhere, or after a
+//! stage that makes batches of its own, is read with
 //! [`parse_validated_traces_request`], which reads only the top-level fields of resource
 //! spans, scope spans and spans and skips everything nested by its length: the same views,
 //! without validating every attribute again.

@@ -7,10 +7,11 @@ use bytes::Bytes;
 use crate::config::Signal;
 use crate::error::PipelineError;
 use crate::limiter::{Charge, MemoryBudget};
-use crate::otlp::{FramedRequest, ResourceSpansView};
+use crate::otlp::{FramedRequest, ResourceSpansView, ScopeSpansView, SpanView};
 
-/// Declares a batch type: the encoded request, its item count in field `$items`, and the
-/// memory-budget charge, with equality that ignores the charge (it is bookkeeping).
+/// Declares a batch type: the encoded request, its item count in field `$items`, the
+/// memory-budget charge and the views of type `$views` it may carry, with equality that
+/// ignores the charge and the views (they are bookkeeping).
 macro_rules! batch_type {
     (
         $(#[$doc:meta])*
@@ -19,6 +20,7 @@ macro_rules! batch_type {
             request,
             $(#[$items_doc:meta])*
             $items:ident,
+            views: $views:ty,
         }
         $(#[$new_doc:meta])*
         new
@@ -32,10 +34,13 @@ macro_rules! batch_type {
             pub $items: usize,
             /// The memory-budget charge for `request`'s buffer, once charged.
             pub charge: Option<Arc<Charge>>,
+            /// The views of `request` carried with it ([`Payload::carried_views`]).
+            carried: Option<Arc<CarriedViews<$views>>>,
         }
 
         impl PartialEq for $name {
-            /// Batches are equal when they hold the same request; the charge is bookkeeping.
+            /// Batches are equal when they hold the same request; the charge and the
+            /// carried views are bookkeeping.
             fn eq(&self, other: &Self) -> bool {
                 self.request == other.request && self.$items == other.$items
             }
@@ -50,6 +55,7 @@ macro_rules! batch_type {
                     request,
                     $items,
                     charge: None,
+                    carried: None,
                 }
             }
 
@@ -72,6 +78,7 @@ batch_type! {
         request,
         /// How many spans `request` holds.
         span_count,
+        views: Vec<ResourceSpansView>,
     }
     /// Wraps already-validated request bytes holding `span_count` spans, uncharged.
     new
@@ -100,9 +107,21 @@ batch_type! {
         request,
         /// How many data points `request` holds (the Collector's `metric_points`).
         data_points,
+        views: (),
     }
     /// Wraps already-validated request bytes holding `data_points` data points.
     new
+}
+
+/// The views of a batch's request, carried with the batch through a pipeline's queue to
+/// the stages behind it that read them (span metrics, a tail sampler behind `forward`)
+/// instead of walking the request again. Their own heap (the view structs; the bytes they
+/// point at are the request's) is charged to the memory budget for as long as any copy of
+/// the batch carries them.
+#[derive(Debug)]
+pub struct CarriedViews<V> {
+    views: V,
+    _charge: Option<Arc<Charge>>,
 }
 
 /// What a receiver's validating walk of a request found.
@@ -137,9 +156,26 @@ pub trait Payload: Clone + Send + Sync + std::fmt::Debug + 'static {
     /// The signal.
     const SIGNAL: Signal;
 
-    /// What the receiver's validating walk can hand to stages fed directly (a tail
-    /// sampler): the span views for traces, nothing for metrics.
-    type Views: Send + Sync;
+    /// What the receiver's validating walk can hand to the stages that read it instead of
+    /// the request (a tail sampler, span metrics): the span views for traces, nothing for
+    /// metrics.
+    type Views: Send + Sync + std::fmt::Debug;
+
+    /// The heap bytes `views` hold beside the request's own buffer: what carrying them
+    /// with a queued batch costs the memory budget.
+    fn views_heap_bytes(views: &Self::Views) -> usize;
+
+    /// The views of this batch's request, when a receiver's walk made them and the batch
+    /// carries them ([`carrying_views`](Self::carrying_views)).
+    fn carried_views(&self) -> Option<&Self::Views>;
+
+    /// This batch carrying `views`, which must be the views of exactly its request bytes
+    /// ([`inspect`](Self::inspect) of them). Their heap bytes are charged to `budget`
+    /// until the last copy of the batch carrying them is dropped.
+    fn carrying_views(self, views: Self::Views, budget: Option<&Arc<MemoryBudget>>) -> Self;
+
+    /// This batch without carried views (which are released once no copy carries them).
+    fn without_views(self) -> Self;
 
     /// Validates an encoded request from the network and counts its items; yields the
     /// views too when `want_views` is set and the payload has any.
@@ -233,6 +269,28 @@ macro_rules! batch_accessors {
         fn set_charge(&mut self, charge: Option<Arc<Charge>>) {
             self.charge = charge;
         }
+
+        fn carried_views(&self) -> Option<&Self::Views> {
+            self.carried.as_deref().map(|carried| &carried.views)
+        }
+
+        fn carrying_views(
+            mut self,
+            views: Self::Views,
+            budget: Option<&Arc<MemoryBudget>>,
+        ) -> Self {
+            let charge = budget.map(|budget| Charge::new(budget, Self::views_heap_bytes(&views)));
+            self.carried = Some(Arc::new(CarriedViews {
+                views,
+                _charge: charge,
+            }));
+            self
+        }
+
+        fn without_views(mut self) -> Self {
+            self.carried = None;
+            self
+        }
     };
 }
 
@@ -266,6 +324,23 @@ impl Payload for TraceBatch {
     const SIGNAL: Signal = Signal::Traces;
 
     type Views = Vec<ResourceSpansView>;
+
+    /// The view structs at their vectors' capacities, and the resource and scope bodies
+    /// (slices of the request, except where a repeated field was merged into a copy:
+    /// counted always, so that the copy is never missed; they are a few bytes per
+    /// `ScopeSpans`).
+    fn views_heap_bytes(views: &Self::Views) -> usize {
+        use std::mem::size_of;
+        let mut bytes = views.capacity() * size_of::<ResourceSpansView>();
+        for resource in views {
+            bytes += resource.resource.len()
+                + resource.scope_spans.capacity() * size_of::<ScopeSpansView>();
+            for scope in &resource.scope_spans {
+                bytes += scope.scope.len() + scope.spans.capacity() * size_of::<SpanView>();
+            }
+        }
+        bytes
+    }
 
     /// With views, the walk is [`crate::otlp::parse_traces_request`]; without,
     /// [`crate::otlp::count_spans`]: the same walk, as strict, with the same errors. A
@@ -368,6 +443,10 @@ impl Payload for MetricsBatch {
     const SIGNAL: Signal = Signal::Metrics;
 
     type Views = ();
+
+    fn views_heap_bytes((): &()) -> usize {
+        0
+    }
 
     /// A prost decode validates the request and counts its data points; the original
     /// bytes go on. A request that does not decode is looked at for string fields that

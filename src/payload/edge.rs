@@ -135,6 +135,14 @@ pub trait Consumer<P>: Send + Sync {
     /// Takes `batch`, waiting for room (the pipeline's backpressure). A consumer that
     /// cannot take it has counted and logged the loss itself.
     fn consume(&self, batch: P) -> BoxFuture<'_, ()>;
+
+    /// Whether this consumer reads the views a batch carries
+    /// ([`Payload::carried_views`]) instead of walking its request. Fixed for the
+    /// consumer's life; consumers that do not read them get batches without views, so
+    /// that a queue of theirs does not hold views nobody reads.
+    fn reads_views(&self) -> bool {
+        false
+    }
 }
 
 /// A consumer shared by the pipelines that name it.
@@ -143,12 +151,15 @@ pub type SharedConsumer<P> = Arc<dyn Consumer<P>>;
 /// The consumers at the end of a pipeline; each receives every batch.
 pub struct ExporterFanout<P = TraceBatch> {
     consumers: Arc<[(ComponentId, SharedConsumer<P>)]>,
+    /// [`Consumer::reads_views`] of each consumer, in the same order.
+    reads_views: Arc<[bool]>,
 }
 
 impl<P> Clone for ExporterFanout<P> {
     fn clone(&self) -> Self {
         Self {
             consumers: self.consumers.clone(),
+            reads_views: self.reads_views.clone(),
         }
     }
 }
@@ -156,9 +167,19 @@ impl<P> Clone for ExporterFanout<P> {
 impl<P: Payload> ExporterFanout<P> {
     /// A fan-out to `consumers`, in order.
     pub fn new(consumers: Vec<(ComponentId, SharedConsumer<P>)>) -> Self {
+        let reads_views = consumers
+            .iter()
+            .map(|(_, consumer)| consumer.reads_views())
+            .collect();
         Self {
             consumers: consumers.into(),
+            reads_views,
         }
+    }
+
+    /// True when at least one consumer reads the views a batch carries.
+    pub fn reads_views(&self) -> bool {
+        self.reads_views.iter().any(|reads| *reads)
     }
 
     /// Hands `batch` to each consumer in turn, waiting for room in each one.
@@ -171,13 +192,25 @@ impl<P: Payload> ExporterFanout<P> {
 
     /// [`send`](Self::send) until `give_up` is raised; returns how many consumers did not
     /// get the batch because of it (0 when all did). A consumer whose wait is cut short
-    /// has not taken the batch.
+    /// has not taken the batch. Consumers that do not read views get the batch without
+    /// them.
     pub async fn send_until(&self, batch: P, give_up: &GiveUp) -> usize {
-        for (index, (_id, consumer)) in self.consumers.iter().enumerate() {
+        let without_views = batch.clone().without_views();
+        for (index, ((_id, consumer), reads_views)) in self
+            .consumers
+            .iter()
+            .zip(self.reads_views.iter())
+            .enumerate()
+        {
+            let copy = if *reads_views {
+                batch.clone()
+            } else {
+                without_views.clone()
+            };
             tokio::select! {
                 biased;
                 () = give_up.raised() => return self.consumers.len() - index,
-                () = consumer.consume(batch.clone()) => {}
+                () = consumer.consume(copy) => {}
             }
         }
         0

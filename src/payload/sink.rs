@@ -79,6 +79,10 @@ pub enum PipelineInput<P: Payload> {
         id: PipelineId,
         /// The queue.
         sender: mpsc::Sender<P>,
+        /// Whether a stage behind the queue reads the request's views
+        /// ([`Consumer::reads_views`](super::Consumer::reads_views)): batches then carry
+        /// them through the queue ([`Payload::carrying_views`]), charged to the budget.
+        wants_views: bool,
     },
     /// A stage first in the pipeline that is fed directly on the caller's task.
     Direct {
@@ -92,9 +96,14 @@ pub enum PipelineInput<P: Payload> {
 impl<P: Payload> Clone for PipelineInput<P> {
     fn clone(&self) -> Self {
         match self {
-            Self::Queue { id, sender } => Self::Queue {
+            Self::Queue {
+                id,
+                sender,
+                wants_views,
+            } => Self::Queue {
                 id: id.clone(),
                 sender: sender.clone(),
+                wants_views: *wants_views,
             },
             Self::Direct { id, entry } => Self::Direct {
                 id: id.clone(),
@@ -107,7 +116,13 @@ impl<P: Payload> Clone for PipelineInput<P> {
 impl<P: Payload> fmt::Debug for PipelineInput<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Queue { id, .. } => f.debug_struct("Queue").field("id", id).finish(),
+            Self::Queue {
+                id, wants_views, ..
+            } => f
+                .debug_struct("Queue")
+                .field("id", id)
+                .field("wants_views", wants_views)
+                .finish(),
             Self::Direct { id, entry } => f
                 .debug_struct("Direct")
                 .field("id", id)
@@ -193,14 +208,16 @@ impl<P: Payload> Sink<P> {
         self.inputs.is_empty()
     }
 
-    /// True when a directly fed stage is the entry of at least one of the pipelines: it
-    /// can use the request's views, so the receiver should ask [`Payload::inspect`] for
-    /// them and pass them to [`accept_with_views`](Self::accept_with_views), instead of the
-    /// request being walked twice.
+    /// True when a stage of at least one of the pipelines reads the request's views: a
+    /// directly fed stage, or one behind a queue that carries them. The receiver should
+    /// then ask [`Payload::inspect`] for them and pass them to
+    /// [`accept_with_views`](Self::accept_with_views), instead of the request being
+    /// walked again by each stage.
     pub fn wants_views(&self) -> bool {
-        self.inputs
-            .iter()
-            .any(|input| matches!(input, PipelineInput::Direct { .. }))
+        self.inputs.iter().any(|input| match input {
+            PipelineInput::Direct { .. } => true,
+            PipelineInput::Queue { wants_views, .. } => *wants_views,
+        })
     }
 
     /// Admits `batch` into every pipeline, or into none.
@@ -224,8 +241,9 @@ impl<P: Payload> Sink<P> {
 
     /// [`accept`](Self::accept), with the views of `batch`'s request when the caller has
     /// already made them ([`Payload::inspect`] of exactly those bytes): directly fed
-    /// stages then use them instead of walking the request again. Directly fed stages
-    /// learn how it arrived (`arrival`).
+    /// stages use them instead of walking the request again, and queues whose stages read
+    /// them carry them with the batch. Directly fed stages learn how it arrived
+    /// (`arrival`).
     ///
     /// # Errors
     ///
@@ -237,7 +255,7 @@ impl<P: Payload> Sink<P> {
     pub async fn accept_with_views(
         &self,
         batch: P,
-        views: Option<&P::Views>,
+        views: Option<P::Views>,
         arrival: Arrival,
     ) -> Result<(), PipelineError> {
         self.admit(batch, views, arrival, Some(ADMISSION_WAIT))
@@ -282,10 +300,14 @@ impl<P: Payload> Sink<P> {
 
     /// Reserves room in every input (queues waiting at most `wait`, or for as long as it
     /// takes when `None`), then hands `batch` to all of them.
+    ///
+    /// `views` (or, when `None`, the views `batch` carries) go to the directly fed stages,
+    /// and with the batch into the queues that want them; the other queues get the batch
+    /// without views, so that nothing holds them longer than a stage that reads them.
     async fn admit(
         &self,
         batch: P,
-        views: Option<&P::Views>,
+        views: Option<P::Views>,
         arrival: Arrival,
         wait: Option<Duration>,
     ) -> Result<(), PipelineError> {
@@ -297,13 +319,17 @@ impl<P: Payload> Sink<P> {
                     entry.check_room()?;
                     direct.push(entry);
                 }
-                PipelineInput::Queue { sender, .. } => {
+                PipelineInput::Queue {
+                    sender,
+                    wants_views,
+                    ..
+                } => {
                     let reserved = match wait {
                         Some(wait) => tokio::time::timeout(wait, sender.reserve()).await,
                         None => Ok(sender.reserve().await),
                     };
                     match reserved {
-                        Ok(Ok(permit)) => permits.push(permit),
+                        Ok(Ok(permit)) => permits.push((permit, *wants_views)),
                         Ok(Err(_closed)) => return Err(PipelineError::ShuttingDown),
                         Err(_elapsed) => {
                             return Err(PipelineError::Overloaded {
@@ -316,16 +342,31 @@ impl<P: Payload> Sink<P> {
             }
         }
         for entry in direct {
-            entry.take(&batch, views, arrival)?;
+            entry.take(&batch, views.as_ref().or(batch.carried_views()), arrival)?;
         }
-        // Queued batches hold their buffer until the next stage is done with it.
-        let batch = match (&self.budget, permits.is_empty()) {
-            (Some(budget), false) => batch.charged(budget),
-            _ => batch,
+        if permits.is_empty() {
+            return Ok(());
+        }
+        // Queued batches hold their buffer, and the views they carry, until the next stage
+        // is done with them.
+        let batch = match &self.budget {
+            Some(budget) => batch.charged(budget),
+            None => batch,
         };
-        // Cloning a batch clones a reference-counted buffer, not the items.
-        for permit in permits {
-            permit.send(batch.clone());
+        let with_views = match views {
+            Some(views) if permits.iter().any(|(_, wants_views)| *wants_views) => {
+                batch.clone().carrying_views(views, self.budget.as_ref())
+            }
+            _ => batch.clone(),
+        };
+        let without_views = batch.without_views();
+        // Cloning a batch clones reference-counted buffers, not the items.
+        for (permit, wants_views) in permits {
+            permit.send(if wants_views {
+                with_views.clone()
+            } else {
+                without_views.clone()
+            });
         }
         Ok(())
     }

@@ -60,11 +60,20 @@ impl DirectEntry<TraceBatch> for RecordingEntry {
 }
 
 fn queue(name: &str, capacity: usize) -> (PipelineInput<TraceBatch>, mpsc::Receiver<TraceBatch>) {
+    queue_reading_views(name, capacity, false)
+}
+
+fn queue_reading_views(
+    name: &str,
+    capacity: usize,
+    wants_views: bool,
+) -> (PipelineInput<TraceBatch>, mpsc::Receiver<TraceBatch>) {
     let (sender, receiver) = mpsc::channel(capacity);
     (
         PipelineInput::Queue {
             id: pipeline(name),
             sender,
+            wants_views,
         },
         receiver,
     )
@@ -199,7 +208,7 @@ async fn views_reach_direct_entries() {
         entry: entry.clone(),
     };
     let sink = Sink::new(vec![direct], budget.clone());
-    sink.accept_with_views(batch(1), Some(&Vec::new()), Arrival::Sent)
+    sink.accept_with_views(batch(1), Some(Vec::new()), Arrival::Sent)
         .await
         .unwrap();
     assert!(entry.with_views.load(Ordering::SeqCst));
@@ -394,4 +403,152 @@ fn vouched_inspection_finds_what_the_validating_walk_finds() {
     }
     let metrics = MetricsBatch::json_to_protobuf(br#"{"resourceMetrics":[]}"#).unwrap();
     assert_eq!(metrics.vouched_items, None);
+}
+
+/// A generated request of 300 spans over two resources, and its views.
+fn request_with_views() -> (Bytes, <TraceBatch as Payload>::Views) {
+    use crate::loadgen::{Generator, GeneratorConfig};
+    use prost::Message;
+
+    let mut generator = Generator::new(GeneratorConfig::default(), 11).unwrap();
+    let request = Bytes::from(
+        generator
+            .request(50, 1_767_225_600_000_000_000)
+            .encode_to_vec(),
+    );
+    let views = TraceBatch::inspect(&request, true).unwrap().views.unwrap();
+    (request, views)
+}
+
+/// Scenario: a receiver's sink over a queue whose stages read views, a queue whose stages
+/// do not, and a directly fed stage; a request is accepted with its views.
+/// Guarantees: the sink asks for views; the direct stage gets them; the batch in the first
+/// queue carries exactly them, their heap charged to the budget beside the request's
+/// bytes; the batch in the other queue carries none; each charge is released with the
+/// last copy that holds it.
+#[tokio::test(start_paused = true)]
+async fn views_travel_only_into_queues_that_read_them_and_are_charged() {
+    let budget = MemoryBudget::new(1 << 30, 1 << 29);
+    let (request, views) = request_with_views();
+    let views_bytes = TraceBatch::views_heap_bytes(&views);
+    assert!(
+        views_bytes >= 300 * std::mem::size_of::<crate::otlp::SpanView>(),
+        "{views_bytes}"
+    );
+    let (reading, mut reading_rx) = queue_reading_views("traces/in", 1, true);
+    let (plain, mut plain_rx) = queue("traces/other", 1);
+    let entry = Arc::new(RecordingEntry::default());
+    let direct = PipelineInput::Direct {
+        id: pipeline("traces/s"),
+        entry: entry.clone(),
+    };
+    let sink = Sink::new(vec![reading, plain, direct], budget.clone());
+    assert!(sink.wants_views());
+
+    let batch = TraceBatch::new(request.clone(), 300);
+    sink.accept_with_views(batch, Some(views.clone()), Arrival::Sent)
+        .await
+        .unwrap();
+
+    assert!(entry.with_views.load(Ordering::SeqCst));
+    let carrying = reading_rx.try_recv().unwrap();
+    let bare = plain_rx.try_recv().unwrap();
+    assert_eq!(carrying.carried_views(), Some(&views));
+    assert_eq!(bare.carried_views(), None);
+    assert_eq!(budget.used(), request.len() + views_bytes);
+    drop(carrying);
+    assert_eq!(
+        budget.used(),
+        request.len(),
+        "the views' charge goes with them"
+    );
+    drop(bare);
+    assert_eq!(budget.used(), 0);
+
+    let (plain, _plain_rx) = queue("traces/other", 1);
+    assert!(!Sink::new(vec![plain], budget).wants_views());
+}
+
+/// Scenario: a batch that carries views is delivered by a connector (`forward`) into a
+/// directly fed stage and into a queue whose stages do not read views.
+/// Guarantees: the direct stage gets the carried views without being passed any; the
+/// queue gets the batch without them.
+#[tokio::test(start_paused = true)]
+async fn a_connector_hands_carried_views_to_direct_stages_only() {
+    let budget = MemoryBudget::new(1 << 30, 1 << 29);
+    let (request, views) = request_with_views();
+    let (plain, mut plain_rx) = queue("traces/other", 1);
+    let entry = Arc::new(RecordingEntry::default());
+    let direct = PipelineInput::Direct {
+        id: pipeline("traces/sampled"),
+        entry: entry.clone(),
+    };
+    let sink = Sink::new(vec![direct, plain], budget.clone());
+    let batch = TraceBatch::new(request, 300).carrying_views(views, Some(&budget));
+
+    sink.deliver(batch).await.unwrap();
+
+    assert!(entry.with_views.load(Ordering::SeqCst));
+    assert_eq!(plain_rx.try_recv().unwrap().carried_views(), None);
+}
+
+/// A consumer that records whether each batch it took carried views.
+#[derive(Default)]
+struct ViewsProbe {
+    reads_views: bool,
+    carried: Mutex<Vec<bool>>,
+}
+
+impl Consumer<TraceBatch> for ViewsProbe {
+    fn consume(&self, batch: TraceBatch) -> BoxFuture<'_, ()> {
+        self.carried
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(batch.carried_views().is_some());
+        Box::pin(std::future::ready(()))
+    }
+
+    fn reads_views(&self) -> bool {
+        self.reads_views
+    }
+}
+
+/// Scenario: a pipeline's end fans a batch carrying views out to a consumer that reads
+/// them (span metrics, `forward` into a sampler) and one that does not (an exporter).
+/// Guarantees: the fan-out reports that it reads views; only the reading consumer's copy
+/// carries them, so an exporter's queue never holds them.
+#[tokio::test(start_paused = true)]
+async fn fanout_hands_views_only_to_consumers_that_read_them() {
+    let budget = MemoryBudget::new(1 << 30, 1 << 29);
+    let (request, views) = request_with_views();
+    let reader = Arc::new(ViewsProbe {
+        reads_views: true,
+        ..ViewsProbe::default()
+    });
+    let exporter = Arc::new(ViewsProbe::default());
+    let id = |name: &str| crate::config::ComponentId {
+        written: name.to_owned(),
+        kind: name.to_owned(),
+        name: None,
+    };
+    let fanout = ExporterFanout::new(vec![
+        (
+            id("spanmetrics"),
+            reader.clone() as SharedConsumer<TraceBatch>,
+        ),
+        (id("otlp"), exporter.clone()),
+    ]);
+    assert!(fanout.reads_views());
+    let exporter_only = ExporterFanout::new(vec![(
+        id("otlp"),
+        exporter.clone() as SharedConsumer<TraceBatch>,
+    )]);
+    assert!(!exporter_only.reads_views());
+
+    let batch = TraceBatch::new(request, 300).carrying_views(views, Some(&budget));
+    fanout.send(batch).await;
+
+    assert_eq!(*reader.carried.lock().unwrap(), vec![true]);
+    assert_eq!(*exporter.carried.lock().unwrap(), vec![false]);
+    assert_eq!(budget.used(), 0, "the views' charge is released");
 }

@@ -737,11 +737,14 @@ impl Builder<'_> {
                 id: pipeline_id.clone(),
                 entry,
             },
+            // A processor first: it makes batches of its own, which carry no views.
             (None, Target::Stage(sender)) => PipelineInput::Queue {
                 id: pipeline_id.clone(),
                 sender: sender.clone(),
+                wants_views: false,
             },
-            (None, Target::Exporters(_)) => {
+            (None, Target::Exporters(fanout)) => {
+                let wants_views = fanout.reads_views();
                 let (sender, receiver) = mpsc::channel(PIPELINE_INPUT_CAPACITY);
                 P::graph(self)
                     .stage_tasks
@@ -749,6 +752,7 @@ impl Builder<'_> {
                 PipelineInput::Queue {
                     id: pipeline_id.clone(),
                     sender,
+                    wants_views,
                 }
             }
         };

@@ -13,7 +13,7 @@ use super::build_pipelines;
 use super::graph::downstream_first;
 use crate::config::{ComponentId, DEFAULT_CONFIG, load_str};
 use crate::limiter::MemoryBudget;
-use crate::payload::TraceBatch;
+use crate::payload::{Arrival, Payload, TraceBatch};
 
 fn order(yaml: &str) -> Vec<String> {
     let config = load_str(&[yaml]).unwrap();
@@ -98,10 +98,11 @@ fn counter_sum(registry: &Registry, name: &str) -> f64 {
 }
 
 /// Scenario: the graph of the built-in config; one request is admitted through the
-/// `otlp` receiver's sink.
-/// Guarantees: the receiver's sink enters `traces/in` only, and the `forward` connector
-/// carries the spans into the tail sampler of `traces/sampled` (its new-trace counter
-/// counts the trace).
+/// `otlp` receiver's sink with its views.
+/// Guarantees: the receiver's sink enters `traces/in` only and asks for views (span
+/// metrics and the sampler behind `forward` read them); the `forward` connector carries
+/// the spans into the tail sampler of `traces/sampled` (its new-trace counter counts the
+/// trace).
 #[tokio::test]
 async fn forward_carries_a_request_into_the_sampler() {
     let config = load_str(&[DEFAULT_CONFIG]).unwrap();
@@ -120,11 +121,13 @@ async fn forward_carries_a_request_into_the_sampler() {
     );
     let _: &ComponentId = otlp;
     assert!(
-        !sink.wants_views(),
-        "traces/in starts with a queue, not the sampler"
+        sink.wants_views(),
+        "traces/in's queue carries views to span metrics and to the sampler"
     );
 
-    sink.accept(TraceBatch::new(one_span_request(7), 1))
+    let request = one_span_request(7);
+    let views = TraceBatch::inspect(&request, true).unwrap().views;
+    sink.accept_with_views(TraceBatch::new(request, 1), views, Arrival::Sent)
         .await
         .unwrap();
 
@@ -136,4 +139,93 @@ async fn forward_carries_a_request_into_the_sampler() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(counter_sum(&registry, name), 1.0);
+}
+
+/// Whether the `otlp` receiver's traces sink asks for views in the graph of `yaml`.
+async fn receiver_wants_views(yaml: &str) -> bool {
+    let config = load_str(&[yaml]).unwrap();
+    let budget = MemoryBudget::new(64 << 20, 48 << 20);
+    let pipelines = build_pipelines(&config, &Registry::new(), &budget).unwrap();
+    let (_, sink) = pipelines
+        .traces_sinks
+        .iter()
+        .find(|(id, _)| id.written == "otlp")
+        .unwrap();
+    sink.wants_views()
+}
+
+/// Scenario: graphs where a stage that reads views sits behind the receiver's queue
+/// directly, behind two `forward`s, behind a batch processor, or nowhere.
+/// Guarantees: the receiver asks for views exactly when a stage that reads them gets the
+/// receiver's batches as they are: through connectors, not behind a processor that makes
+/// batches of its own.
+#[tokio::test]
+async fn the_receiver_asks_for_views_when_a_stage_behind_its_queue_reads_them() {
+    let head = "
+receivers:
+  otlp:
+    protocols:
+      grpc:
+processors:
+  batch:
+  tail_sampling:
+    policies:
+      - name: all
+        type: always_sample
+exporters:
+  debug:
+connectors:
+  forward/1:
+  forward/2:
+  spanmetrics:
+";
+    let chain = format!(
+        "{head}
+service:
+  pipelines:
+    traces/a:
+      receivers: [otlp]
+      exporters: [forward/1]
+    traces/b:
+      receivers: [forward/1]
+      exporters: [forward/2]
+    traces/c:
+      receivers: [forward/2]
+      processors: [tail_sampling]
+      exporters: [debug]
+"
+    );
+    assert!(
+        receiver_wants_views(&chain).await,
+        "two forwards, then the sampler"
+    );
+    let batched = format!(
+        "{head}
+service:
+  pipelines:
+    traces/in:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [spanmetrics, debug]
+    metrics:
+      receivers: [spanmetrics]
+      exporters: [debug]
+"
+    );
+    assert!(
+        !receiver_wants_views(&batched).await,
+        "batches made by the batcher"
+    );
+    let unbatched = batched.replace("      processors: [batch]\n", "");
+    assert!(receiver_wants_views(&unbatched).await, "span metrics");
+    let plain = format!(
+        "{head}
+service:
+  pipelines:
+    traces/in:
+      receivers: [otlp]
+      exporters: [debug]
+"
+    );
+    assert!(!receiver_wants_views(&plain).await, "an exporter only");
 }

@@ -4,9 +4,11 @@
 //! Both transports share one [`SignalIntake`] per signal: validate the request (traces with
 //! the wire reader, exactly as strict as a protobuf decode plus OTLP's id lengths; metrics
 //! with a prost decode), count its items, and admit it into every pipeline the receiver
-//! feeds. Spans are not decoded into objects. When a tail sampler is among those
-//! pipelines, the validating walk is the parse that yields the span views, and the
-//! sampler takes the views: each request is walked once. A traces request transcoded from
+//! feeds. Spans are not decoded into objects. When a stage that reads span views is among
+//! those pipelines (a tail sampler fed directly or behind `forward`, span metrics), the
+//! validating walk is the parse that yields the views, and those stages read them (the
+//! views travel with the batch through the pipeline queue in front of connectors, charged
+//! to the memory budget): each request is walked once. A traces request transcoded from
 //! OTLP/JSON is valid by construction and comes with its span count, so it is not
 //! validated again; its views, when wanted, are read by the skim
 //! ([`crate::payload::Payload::inspect_vouched`]).
@@ -147,9 +149,10 @@ impl<P: Payload> SignalIntake<P> {
 
     /// Admits an encoded request, held under `reservation`; returns its item count.
     ///
-    /// The request is walked once ([`Payload::inspect`]): when a directly fed stage (a tail
-    /// sampler) is among the pipelines, the validating walk also yields the views it
-    /// takes, rather than the request being parsed again there. A request vouched for by
+    /// The request is walked once ([`Payload::inspect`]): when a stage that reads views (a
+    /// tail sampler fed directly or behind `forward`, span metrics) is among the
+    /// pipelines, the validating walk also yields the views it reads, rather than the
+    /// request being parsed again there. A request vouched for by
     /// its producer (`vouched_items`: the JSON transcoder's output) is valid by
     /// construction and is not validated again ([`Payload::inspect_vouched`]). A request
     /// with no items succeeds without entering the pipeline, as in the Collector.
@@ -205,7 +208,7 @@ impl<P: Payload> SignalIntake<P> {
         batch.set_charge(reservation.into_charge());
         match self
             .sink
-            .accept_with_views(batch, inspected.views.as_ref(), arrival)
+            .accept_with_views(batch, inspected.views, arrival)
             .await
         {
             Ok(()) => {
