@@ -155,7 +155,8 @@ async fn receiver_wants_views(yaml: &str) -> bool {
 }
 
 /// Scenario: graphs where a stage that reads views sits behind the receiver's queue
-/// directly, behind two `forward`s, behind a batch processor, or nowhere.
+/// directly (span metrics, a load balancer), behind two `forward`s, behind a batch
+/// processor, or nowhere.
 /// Guarantees: the receiver asks for views exactly when a stage that reads them gets the
 /// receiver's batches as they are: through connectors, not behind a processor that makes
 /// batches of its own.
@@ -228,4 +229,9 @@ service:
 "
     );
     assert!(!receiver_wants_views(&plain).await, "an exporter only");
+    let one_tier = include_str!("../../benches/configs/one-tier-single.yaml");
+    assert!(
+        receiver_wants_views(one_tier).await,
+        "the load balancer routes by views"
+    );
 }

@@ -49,7 +49,9 @@ use crate::config::{
 use crate::exporter::core::error::{DrainReport, ExportError, ExporterError};
 use crate::exporter::core::metrics::{ExporterMetricFamilies, ExporterMetrics};
 use crate::exporter::otlp::{Routed, SignalExporter, TracesExporter};
-use crate::otlp::{TraceRequestWriter, WireError, parse_validated_traces_request};
+use crate::otlp::{
+    ResourceSpansView, TraceRequestWriter, WireError, parse_validated_traces_request,
+};
 use crate::payload::{
     Arrival, BoxFuture, HAND_OFF_HEADER, Payload, SharedConsumer, TraceBatch, TracesSink,
 };
@@ -496,9 +498,15 @@ impl LoadBalancer {
         piece: TraceBatch,
         arrival: Arrival,
     ) -> Result<(), ExportError> {
+        // A piece sent over the network leaves its views behind: an exporter's queue must
+        // not hold them. One delivered here keeps them for the sampler it enters.
         match (&backend.route, arrival) {
-            (Route::Network { exporter, .. }, Arrival::Sent) => exporter.export(piece).await,
-            (Route::Network { hand_off, .. }, Arrival::HandOff) => hand_off.export(piece).await,
+            (Route::Network { exporter, .. }, Arrival::Sent) => {
+                exporter.export(piece.without_views()).await
+            }
+            (Route::Network { hand_off, .. }, Arrival::HandOff) => {
+                hand_off.export(piece.without_views()).await
+            }
             (Route::Local(address), _) => {
                 let items = piece.item_count();
                 self.local
@@ -783,9 +791,10 @@ pub(crate) struct Unroutable {
 /// Splits `batch` into one batch per owning backend (index into `ring.backends()`), each
 /// span going to the owner of its trace id; pieces keep the spans' order and their resource
 /// and scope wrappers. A batch whose spans all have one owner is returned as it is, without
-/// a copy; an empty request yields nothing, and a batch of no items with a request (a
-/// sampler's decision records, which are not spans) yields pieces of no items. The pieces share the batch's memory-budget charge,
-/// which is released when the last of them is.
+/// a copy (and with the views it carries); an empty request yields nothing, and a batch of
+/// no items with a request (a sampler's decision records, which are not spans) yields
+/// pieces of no items. The pieces share the batch's memory-budget charge, which is
+/// released when the last of them is.
 ///
 /// # Errors
 ///
@@ -797,10 +806,18 @@ pub(crate) fn split_by_owner(
     if batch.request.is_empty() {
         return Ok(Vec::new());
     }
-    // Validated by the receiver: read, not validated again.
-    let resources = match parse_validated_traces_request(&batch.request) {
-        Ok(resources) => resources,
-        Err(error) => return Err(unroutable(batch, &error)),
+    // The receiver's views when the batch carries them; otherwise read, not validated
+    // again (the receiver validated the request).
+    let skimmed;
+    let resources: &[ResourceSpansView] = match batch.carried_views() {
+        Some(views) => views,
+        None => match parse_validated_traces_request(&batch.request) {
+            Ok(resources) => {
+                skimmed = resources;
+                &skimmed
+            }
+            Err(error) => return Err(unroutable(batch, &error)),
+        },
     };
     let mut owners = Vec::with_capacity(batch.span_count);
     for span in resources
@@ -827,7 +844,7 @@ pub(crate) fn split_by_owner(
     let mut writers: Vec<Option<TraceRequestWriter>> =
         (0..ring.backends().len()).map(|_| None).collect();
     let mut owner_of = owners.into_iter();
-    for rs in &resources {
+    for rs in resources {
         for ss in &rs.scope_spans {
             for span in &ss.spans {
                 let Some(owner) = owner_of.next() else {

@@ -130,6 +130,12 @@ impl Consumer<TraceBatch> for UpstreamInput {
     fn consume(&self, batch: TraceBatch) -> BoxFuture<'_, ()> {
         self.exporter.consume(batch)
     }
+
+    /// The load balancer routes by the views a batch carries, and a batch it delivers
+    /// whole to a local receiver keeps them for the sampler there.
+    fn reads_views(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for UpstreamInput {

@@ -35,7 +35,7 @@ use crate::exporter::core::error::ExportError;
 use crate::exporter::core::metrics::ExporterMetricFamilies;
 use crate::exporter::tests::{otlp_config, value};
 use crate::otlp::TraceId;
-use crate::payload::TraceBatch;
+use crate::payload::{Payload, TraceBatch};
 
 // === helpers ===
 
@@ -307,6 +307,49 @@ fn split_by_owner_passes_single_owner_batches_through() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// Scenario: the same batches split with and without the receiver's views carried; then a
+/// batch of 60 traces carrying the views of a one-trace request instead of its own.
+/// Guarantees: the pieces are the same either way, and a batch that goes whole to its
+/// owner keeps its views (for the local sampler); the split reads the carried views
+/// rather than the request, so the mismatched batch follows its views: one piece, the
+/// one trace's owner.
+#[test]
+fn split_by_owner_reads_the_views_a_batch_carries() {
+    let ring = Ring::new(&addresses(&[1, 2, 3]));
+    let views_of = |batch: &TraceBatch| {
+        TraceBatch::inspect(&batch.request, true)
+            .unwrap()
+            .views
+            .unwrap()
+    };
+    let many = batch(&request(0, 60, 3));
+    let one_trace = batch(&request(5, 1, 4));
+    for plain in [many.clone(), one_trace.clone()] {
+        let carrying = plain.clone().carrying_views(views_of(&plain), None);
+        let without: Vec<_> = split_by_owner(&ring, plain)
+            .unwrap()
+            .into_iter()
+            .map(|(owner, piece)| (owner, piece.request))
+            .collect();
+        let with = split_by_owner(&ring, carrying).unwrap();
+        let with_requests: Vec<_> = with
+            .iter()
+            .map(|(owner, piece)| (*owner, piece.request.clone()))
+            .collect();
+        assert_eq!(with_requests, without);
+        if let [(_, whole)] = with.as_slice() {
+            assert!(
+                whole.carried_views().is_some(),
+                "a whole batch keeps its views"
+            );
+        }
+    }
+    let mismatched = many.carrying_views(views_of(&one_trace), None);
+    let pieces = split_by_owner(&ring, mismatched).unwrap();
+    assert_eq!(pieces.len(), 1);
+    assert_eq!(Some(pieces[0].0), ring.owner(&TraceId(trace_id(5))));
 }
 
 // === routing to sinks ===
