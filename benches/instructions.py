@@ -34,6 +34,10 @@ PATHS = {
         [r"<tailgate::connector::spanmetrics::SpanMetricsConnector as .*Consumer<.*TraceBatch>>::consume"],
         r"<tailgate::connector::spanmetrics::SpanMetricsConnector as .*Consumer<.*TraceBatch>>::consume",
     ),
+    "spanmetrics_record_views": (
+        [r"<tailgate::connector::spanmetrics::SpanMetricsConnector as .*Consumer<.*TraceBatch>>::consume"],
+        r"<tailgate::connector::spanmetrics::SpanMetricsConnector as .*Consumer<.*TraceBatch>>::consume",
+    ),
     "count_spans": (["tailgate::otlp::wire::count_spans"], "tailgate::otlp::wire::count_spans"),
     "parse_traces_request": (
         ["tailgate::otlp::wire::parse_traces_request"],

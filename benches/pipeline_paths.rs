@@ -10,7 +10,8 @@
 //! - `frame`: re-framing every span with `TraceRequestWriter`, and `split_batch` into
 //!   100-span pieces.
 //! - `spanmetrics_record`: the default config's span-metrics connector recording every span
-//!   of a request into a warm aggregator (its series already exist).
+//!   of a request into a warm aggregator (its series already exist);
+//!   `spanmetrics_record_views`: the same request carrying the receiver's views.
 //! - `sampler`: the tail sampler with the seed policies (status_code ERROR + probabilistic
 //!   10%): parse + insert every span of a request into a fresh buffer (`sampler_insert`),
 //!   and deciding every buffered trace and framing the kept ones (`sampler_decide`).
@@ -40,7 +41,7 @@ use tailgate::loadgen::{Generator, GeneratorConfig};
 use tailgate::otlp::{
     TraceRequestWriter, count_spans, parse_traces_request, split_batch, traces_json_to_protobuf,
 };
-use tailgate::payload::{Consumer, Downstream, MetricsSink, TraceBatch};
+use tailgate::payload::{Consumer, Downstream, MetricsSink, Payload, TraceBatch};
 use tailgate::sampler::policy::PolicySet;
 use tailgate::sampler::{SamplerIngest, SamplerMetrics, SamplerSettings, TailSampler};
 use tokio::sync::mpsc;
@@ -187,6 +188,16 @@ fn bench(c: &mut Criterion) {
         group.bench_function("spanmetrics_record", |b| {
             // Recording is done when `consume` returns; its future is ready.
             b.iter(|| drop(connector.consume(black_box(batch.clone()))))
+        });
+        // The same batch carrying the receiver's views (the default topology's path since
+        // views travel through the queue in front of connectors): no skim.
+        let views = TraceBatch::inspect(&batch.request, true)
+            .expect("valid")
+            .views
+            .expect("asked for");
+        let carrying = batch.clone().carrying_views(views, None);
+        group.bench_function("spanmetrics_record_views", |b| {
+            b.iter(|| drop(connector.consume(black_box(carrying.clone()))))
         });
 
         // === sampler: buffer insert and decide, per span ===
