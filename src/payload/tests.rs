@@ -59,6 +59,16 @@ impl DirectEntry<TraceBatch> for RecordingEntry {
     }
 }
 
+/// A directly fed pipeline `name` whose stage records what it takes.
+fn direct_entry(name: &str) -> (PipelineInput<TraceBatch>, Arc<RecordingEntry>) {
+    let entry = Arc::new(RecordingEntry::default());
+    let input = PipelineInput::Direct {
+        id: pipeline(name),
+        entry: entry.clone(),
+    };
+    (input, entry)
+}
+
 fn queue(name: &str, capacity: usize) -> (PipelineInput<TraceBatch>, mpsc::Receiver<TraceBatch>) {
     queue_reading_views(name, capacity, false)
 }
@@ -97,11 +107,7 @@ async fn every_pipeline_gets_the_batch_and_the_charge_is_shared() {
     let budget = MemoryBudget::new(1 << 20, 1 << 19);
     let (a, mut a_rx) = queue("traces/a", 1);
     let (b, mut b_rx) = queue("traces/b", 1);
-    let entry = Arc::new(RecordingEntry::default());
-    let direct = PipelineInput::Direct {
-        id: pipeline("traces/c"),
-        entry: entry.clone(),
-    };
+    let (direct, entry) = direct_entry("traces/c");
     let sink = Sink::new(vec![a, direct, b], budget.clone());
     assert!(sink.wants_views());
 
@@ -202,11 +208,7 @@ async fn a_closed_queue_is_shutting_down() {
 #[tokio::test(start_paused = true)]
 async fn views_reach_direct_entries() {
     let budget = MemoryBudget::new(1 << 20, 1 << 19);
-    let entry = Arc::new(RecordingEntry::default());
-    let direct = PipelineInput::Direct {
-        id: pipeline("traces/s"),
-        entry: entry.clone(),
-    };
+    let (direct, entry) = direct_entry("traces/s");
     let sink = Sink::new(vec![direct], budget.clone());
     sink.accept_with_views(batch(1), Some(Vec::new()), Arrival::Sent)
         .await
@@ -437,11 +439,7 @@ async fn views_travel_only_into_queues_that_read_them_and_are_charged() {
     );
     let (reading, mut reading_rx) = queue_reading_views("traces/in", 1, true);
     let (plain, mut plain_rx) = queue("traces/other", 1);
-    let entry = Arc::new(RecordingEntry::default());
-    let direct = PipelineInput::Direct {
-        id: pipeline("traces/s"),
-        entry: entry.clone(),
-    };
+    let (direct, entry) = direct_entry("traces/s");
     let sink = Sink::new(vec![reading, plain, direct], budget.clone());
     assert!(sink.wants_views());
 
@@ -478,11 +476,7 @@ async fn a_connector_hands_carried_views_to_direct_stages_only() {
     let budget = MemoryBudget::new(1 << 30, 1 << 29);
     let (request, views) = request_with_views();
     let (plain, mut plain_rx) = queue("traces/other", 1);
-    let entry = Arc::new(RecordingEntry::default());
-    let direct = PipelineInput::Direct {
-        id: pipeline("traces/sampled"),
-        entry: entry.clone(),
-    };
+    let (direct, entry) = direct_entry("traces/sampled");
     let sink = Sink::new(vec![direct, plain], budget.clone());
     let batch = TraceBatch::new(request, 300).carrying_views(views, Some(&budget));
 

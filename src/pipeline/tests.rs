@@ -44,7 +44,8 @@ fn connectors_are_built_after_the_pipelines_they_feed() {
 /// Guarantees: they are built last-first: c, b, a.
 #[test]
 fn a_chain_of_forwards_is_built_from_its_end() {
-    let yaml = "
+    let yaml = format!(
+        "
 receivers:
   otlp:
     protocols:
@@ -54,7 +55,15 @@ exporters:
 connectors:
   forward/1:
   forward/2:
-service:
+{CHAIN_OF_FORWARDS}      exporters: [debug]
+"
+    );
+    assert_eq!(order(&yaml), vec!["traces/c", "traces/b", "traces/a"]);
+}
+
+/// The pipelines `traces/a` → `forward/1` → `traces/b` → `forward/2` → `traces/c`, in
+/// data-flow order, up to `traces/c`'s receivers: the config that uses it ends `traces/c`.
+const CHAIN_OF_FORWARDS: &str = "service:
   pipelines:
     traces/a:
       receivers: [otlp]
@@ -64,10 +73,7 @@ service:
       exporters: [forward/2]
     traces/c:
       receivers: [forward/2]
-      exporters: [debug]
 ";
-    assert_eq!(order(yaml), vec!["traces/c", "traces/b", "traces/a"]);
-}
 
 fn one_span_request(trace_byte: u8) -> Bytes {
     let request = ExportTraceServiceRequest {
@@ -181,18 +187,7 @@ connectors:
   spanmetrics:
 ";
     let chain = format!(
-        "{head}
-service:
-  pipelines:
-    traces/a:
-      receivers: [otlp]
-      exporters: [forward/1]
-    traces/b:
-      receivers: [forward/1]
-      exporters: [forward/2]
-    traces/c:
-      receivers: [forward/2]
-      processors: [tail_sampling]
+        "{head}{CHAIN_OF_FORWARDS}      processors: [tail_sampling]
       exporters: [debug]
 "
     );
