@@ -52,7 +52,7 @@ use crate::hashed_positions::HashedPositions;
 use crate::limiter::MemoryBudget;
 use crate::otlp::ResourceSpansView;
 use crate::otlp::attributes::{AnyValueRef, RESOURCE_ATTRIBUTES, SPAN_ATTRIBUTES, find_attribute};
-use crate::payload::{BoxFuture, Consumer, MetricsBatch, MetricsSink, Payload, TraceBatch};
+use crate::payload::{BoxFuture, Consumer, MetricsBatch, MetricsSink, TraceBatch};
 
 /// The instrumentation scope of the emitted metrics, as the Collector names it.
 const SCOPE_NAME: &str = "spanmetricsconnector";
@@ -772,26 +772,19 @@ pub struct SpanMetricsConnector {
 
 impl Consumer<TraceBatch> for SpanMetricsConnector {
     fn consume(&self, batch: TraceBatch) -> BoxFuture<'_, ()> {
-        // Walked before the lock, when the batch carries no views.
-        let parsed;
-        let resources = match batch.carried_views() {
-            Some(views) => views.as_slice(),
-            None => match crate::otlp::parse_validated_traces_request(&batch.request) {
-                Ok(resources) => {
-                    parsed = resources;
-                    parsed.as_slice()
-                }
-                Err(error) => {
-                    // The receiver validated these bytes: a failure here is a bug, not the
-                    // client's.
-                    tracing::error!(event = "spanmetrics.unparsable_batch", error = %error);
-                    return Box::pin(std::future::ready(()));
-                }
-            },
+        // Read before the lock, when the batch carries no views.
+        let resources = match batch.views() {
+            Ok(resources) => resources,
+            Err(error) => {
+                // The receiver validated these bytes: a failure here is a bug, not the
+                // client's.
+                tracing::error!(event = "spanmetrics.unparsable_batch", error = %error);
+                return Box::pin(std::future::ready(()));
+            }
         };
         // A std mutex: held for one batch's aggregation, never across an await.
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.record(resources);
+        state.record(&resources);
         drop(state);
         Box::pin(std::future::ready(()))
     }

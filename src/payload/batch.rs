@@ -1,5 +1,6 @@
 //! The unit of data that flows between pipeline stages: an encoded OTLP request.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -88,6 +89,20 @@ impl TraceBatch {
     /// True when the batch holds no span.
     pub fn is_empty(&self) -> bool {
         self.span_count == 0
+    }
+
+    /// The views of the request: those the batch carries, or else read now with
+    /// [`crate::otlp::parse_validated_traces_request`] (the bytes are valid, see the type's
+    /// doc, so they are read, not validated again).
+    ///
+    /// # Errors
+    ///
+    /// The skim's error when the bytes do not parse, which only a bug upstream causes.
+    pub fn views(&self) -> Result<Cow<'_, [ResourceSpansView]>, crate::otlp::WireError> {
+        match self.carried_views() {
+            Some(views) => Ok(Cow::Borrowed(views)),
+            None => crate::otlp::parse_validated_traces_request(&self.request).map(Cow::Owned),
+        }
     }
 }
 

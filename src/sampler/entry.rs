@@ -1,6 +1,8 @@
 //! The sampler as a directly fed pipeline entry: receivers write into its buffer on their
 //! own task, with no queue in between (the buffer is the queue).
 
+use std::borrow::Cow;
+
 use super::SamplerIngest;
 use crate::error::PipelineError;
 use crate::payload::{Arrival, DirectEntry, Payload, TraceBatch};
@@ -16,17 +18,13 @@ impl DirectEntry<TraceBatch> for SamplerIngest {
         views: Option<&<TraceBatch as Payload>::Views>,
         arrival: Arrival,
     ) -> Result<(), PipelineError> {
-        match views {
-            Some(resources) => {
-                self.sampler().ingest_arrival(resources, arrival);
-                Ok(())
-            }
-            None => {
-                let resources = crate::otlp::parse_validated_traces_request(&batch.request)
-                    .map_err(|error| PipelineError::Malformed(error.to_string()))?;
-                self.sampler().ingest_arrival(&resources, arrival);
-                Ok(())
-            }
-        }
+        let resources = match views {
+            Some(views) => Cow::Borrowed(views.as_slice()),
+            None => batch
+                .views()
+                .map_err(|error| PipelineError::Malformed(error.to_string()))?,
+        };
+        self.sampler().ingest_arrival(&resources, arrival);
+        Ok(())
     }
 }

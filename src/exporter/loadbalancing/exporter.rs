@@ -49,9 +49,7 @@ use crate::config::{
 use crate::exporter::core::error::{DrainReport, ExportError, ExporterError};
 use crate::exporter::core::metrics::{ExporterMetricFamilies, ExporterMetrics};
 use crate::exporter::otlp::{Routed, SignalExporter, TracesExporter};
-use crate::otlp::{
-    ResourceSpansView, TraceRequestWriter, WireError, parse_validated_traces_request,
-};
+use crate::otlp::{TraceRequestWriter, WireError};
 use crate::payload::{
     Arrival, BoxFuture, HAND_OFF_HEADER, Payload, SharedConsumer, TraceBatch, TracesSink,
 };
@@ -806,18 +804,9 @@ pub(crate) fn split_by_owner(
     if batch.request.is_empty() {
         return Ok(Vec::new());
     }
-    // The receiver's views when the batch carries them; otherwise read, not validated
-    // again (the receiver validated the request).
-    let skimmed;
-    let resources: &[ResourceSpansView] = match batch.carried_views() {
-        Some(views) => views,
-        None => match parse_validated_traces_request(&batch.request) {
-            Ok(resources) => {
-                skimmed = resources;
-                &skimmed
-            }
-            Err(error) => return Err(unroutable(batch, &error)),
-        },
+    let resources = match batch.views() {
+        Ok(resources) => resources,
+        Err(error) => return Err(unroutable(batch, &error)),
     };
     let mut owners = Vec::with_capacity(batch.span_count);
     for span in resources
@@ -844,7 +833,7 @@ pub(crate) fn split_by_owner(
     let mut writers: Vec<Option<TraceRequestWriter>> =
         (0..ring.backends().len()).map(|_| None).collect();
     let mut owner_of = owners.into_iter();
-    for rs in resources {
+    for rs in resources.iter() {
         for ss in &rs.scope_spans {
             for span in &ss.spans {
                 let Some(owner) = owner_of.next() else {
